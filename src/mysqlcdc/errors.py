@@ -1,0 +1,221 @@
+"""Every error mysqlcdc raises on purpose.
+
+The tree has two axes. Each error has a stable ``code`` (used in logs, docs and
+tests) and is either *terminal* (retrying the same thing fails the same way: a
+config typo, a purged binlog, corrupt bytes) or *transient* (the same call may
+work later: a dropped connection, a server restarting). Errors from other
+libraries are wrapped at the boundary where they occur; none is swallowed.
+
+::
+
+    MysqlcdcError
+    ├── TerminalError
+    │   ├── ConfigError                 config file or option is invalid
+    │   ├── DecodeError                 bytes that cannot be decoded exactly
+    │   │   ├── TruncatedEventError
+    │   │   ├── ChecksumMismatchError
+    │   │   ├── MalformedEventError
+    │   │   ├── EncryptedBinlogError
+    │   │   └── UnsupportedEventError   an event that can carry rows, not decodable
+    │   ├── SchemaError                 row does not fit the table definition
+    │   ├── PreflightError              server not usable for CDC
+    │   │   ├── BinlogDisabledError
+    │   │   ├── BinlogFormatError
+    │   │   ├── MissingPrivilegeError
+    │   │   ├── BinlogPurgedError
+    │   │   ├── ServerIdInUseError
+    │   │   └── AuthenticationError
+    │   └── ProtocolError               the server said something we do not accept
+    └── TransientError
+        ├── ServerUnreachableError
+        └── ConnectionLostError
+
+Every error carries ``hint``: one sentence that says what to do.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MysqlcdcError",
+    "TerminalError",
+    "TransientError",
+    "ConfigError",
+    "DecodeError",
+    "TruncatedEventError",
+    "ChecksumMismatchError",
+    "MalformedEventError",
+    "EncryptedBinlogError",
+    "UnsupportedEventError",
+    "SchemaError",
+    "PreflightError",
+    "BinlogDisabledError",
+    "BinlogFormatError",
+    "MissingPrivilegeError",
+    "BinlogPurgedError",
+    "ServerIdInUseError",
+    "AuthenticationError",
+    "ProtocolError",
+    "ServerUnreachableError",
+    "ConnectionLostError",
+]
+
+
+class MysqlcdcError(Exception):
+    """Root of every error mysqlcdc raises on purpose."""
+
+    code = "MYSQLCDC_ERROR"
+    hint = ""
+    transient = False
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if hint is not None:
+            self.hint = hint
+
+    def __reduce__(self):  # picklable across Spark worker boundaries
+        return (_rebuild, (type(self), self.message, self.hint, dict(self.__dict__)))
+
+    def __str__(self) -> str:
+        text = f"[{self.code}] {self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+def _rebuild(cls, message, hint, state):
+    err = cls.__new__(cls)
+    MysqlcdcError.__init__(err, message, hint=hint)
+    err.__dict__.update(state)
+    return err
+
+
+class TerminalError(MysqlcdcError):
+    """Retrying does not help; a person must change something."""
+
+
+class TransientError(MysqlcdcError):
+    """The same call may succeed later (network, restarts)."""
+
+    transient = True
+
+
+class ConfigError(TerminalError):
+    code = "CONFIG_INVALID"
+    hint = "Fix the named field in the config file and run again."
+
+
+class DecodeError(TerminalError):
+    """Bytes that cannot be decoded exactly. Carries where they are."""
+
+    code = "DECODE_FAILED"
+    hint = "Run `mysqlcdc decode FILE` on the binlog file to inspect the event, and report it."
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        pos: int | None = None,
+        event_type: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        where = []
+        if file is not None:
+            where.append(f"file={file}")
+        if pos is not None:
+            where.append(f"pos={pos}")
+        if event_type is not None:
+            where.append(f"event_type={event_type}")
+        if where:
+            message = f"{message} ({', '.join(where)})"
+        super().__init__(message, hint=hint)
+        self.file = file
+        self.pos = pos
+        self.event_type = event_type
+
+
+class TruncatedEventError(DecodeError):
+    code = "EVENT_TRUNCATED"
+    hint = "The binlog ends inside an event: the file was cut or is still being written."
+
+
+class ChecksumMismatchError(DecodeError):
+    code = "CHECKSUM_MISMATCH"
+    hint = "The event's CRC32 does not match its bytes: the binlog is corrupt at this position."
+
+
+class MalformedEventError(DecodeError):
+    code = "EVENT_MALFORMED"
+
+
+class EncryptedBinlogError(DecodeError):
+    code = "BINLOG_ENCRYPTED"
+    hint = (
+        "This binlog file is encrypted at rest; read it through the server's replication "
+        "protocol (which sends it decrypted) instead of as a file."
+    )
+
+
+class UnsupportedEventError(DecodeError):
+    code = "EVENT_UNSUPPORTED"
+    hint = (
+        "This event can carry row changes that mysqlcdc cannot decode yet; it stopped rather "
+        "than skip them. Disable the server feature that writes it or upgrade mysqlcdc."
+    )
+
+
+class SchemaError(TerminalError):
+    code = "SCHEMA_MISMATCH"
+    hint = "The table definition does not match the row events; see the schema docs in README."
+
+
+class PreflightError(TerminalError):
+    code = "PREFLIGHT_FAILED"
+
+
+class BinlogDisabledError(PreflightError):
+    code = "BINLOG_DISABLED"
+    hint = "Start the server with log_bin (e.g. log_bin=mysql-bin) and binlog_format=ROW."
+
+
+class BinlogFormatError(PreflightError):
+    code = "BINLOG_FORMAT_NOT_ROW"
+    hint = "Set binlog_format=ROW (SET GLOBAL binlog_format='ROW' and in the server config)."
+
+
+class MissingPrivilegeError(PreflightError):
+    code = "MISSING_PRIVILEGE"
+    hint = "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO the capture user."
+
+
+class BinlogPurgedError(PreflightError):
+    code = "BINLOG_PURGED"
+    hint = (
+        "The start position is no longer on the server. Start from `earliest` (accepting the "
+        "gap) or from a fresh snapshot, and keep binlogs longer (binlog_expire_logs_seconds)."
+    )
+
+
+class ServerIdInUseError(PreflightError):
+    code = "SERVER_ID_IN_USE"
+    hint = "Choose a server_id no other replica or reader of this server uses."
+
+
+class AuthenticationError(PreflightError):
+    code = "AUTHENTICATION_FAILED"
+    hint = "Check the user and the password (password_env names the variable that holds it)."
+
+
+class ProtocolError(TerminalError):
+    code = "PROTOCOL_ERROR"
+
+
+class ServerUnreachableError(TransientError):
+    code = "SERVER_UNREACHABLE"
+    hint = "Check host and port, that the server is running and that no firewall is in the way."
+
+
+class ConnectionLostError(TransientError):
+    code = "CONNECTION_LOST"
+    hint = "The connection dropped; mysqlcdc reconnects and resumes from the last position."
