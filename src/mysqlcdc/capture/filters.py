@@ -1,0 +1,52 @@
+"""Which tables a pipeline captures: ``db.table`` glob patterns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+__all__ = ["TableFilter", "validate_pattern"]
+
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
+def validate_pattern(pattern: str) -> str:
+    """A pattern is ``DB.TABLE`` where either side may use ``*``, ``?`` and ``[...]``."""
+    db, sep, table = pattern.partition(".")
+    if not sep or not db or not table or "." in table:
+        raise ValueError(f"table pattern must look like db.table (globs allowed), got {pattern!r}")
+    return pattern
+
+
+@dataclass(frozen=True)
+class TableFilter:
+    """``include`` minus ``exclude``; names compare case-sensitively, as MySQL on Linux.
+
+    System schemas are never captured unless named explicitly.
+
+    >>> f = TableFilter(("shop.*",), ("shop.tmp_*",))
+    >>> f("shop", "orders"), f("shop", "tmp_x"), f("crm", "users")
+    (True, False, False)
+    """
+
+    include: tuple[str, ...] = ("*.*",)
+    exclude: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for p in (*self.include, *self.exclude):
+            validate_pattern(p)
+
+    def __call__(self, db: str, table: str) -> bool:
+        name = f"{db}.{table}"
+        if db in SYSTEM_SCHEMAS and not any(p.split(".")[0] == db for p in self.include):
+            return False
+        if not any(fnmatchcase(name, p) for p in self.include):
+            return False
+        return not any(fnmatchcase(name, p) for p in self.exclude)
+
+    @classmethod
+    def parse(cls, include: str | None, exclude: str | None) -> "TableFilter":
+        """From comma-separated option strings (the Spark option form)."""
+        inc = tuple(p.strip() for p in (include or "*.*").split(",") if p.strip())
+        exc = tuple(p.strip() for p in (exclude or "").split(",") if p.strip())
+        return cls(inc or ("*.*",), exc)

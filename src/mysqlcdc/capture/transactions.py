@@ -1,0 +1,95 @@
+"""Where transactions begin and end in a stream of decoded events.
+
+Offsets must sit on transaction boundaries (DESIGN.md decision 2), so a range
+``[start, end)`` always holds whole transactions. ``TxnTracker`` watches events
+in binlog order and says, after each one, whether the stream is between two
+transactions. It also keeps the identity every row of the current transaction
+shares (GTID, transaction id, commit time).
+"""
+
+from __future__ import annotations
+
+from mysqlcdc.binlog.events import (
+    Event,
+    GtidEvent,
+    MariadbGtidEvent,
+    QueryEvent,
+    RotateEvent,
+    RowsEvent,
+    TableMapEvent,
+    XaPrepareEvent,
+    XidEvent,
+)
+from mysqlcdc.envelope.builder import TxnContext
+
+__all__ = ["TxnTracker"]
+
+_BEGIN = ("BEGIN", "XA START", "XA BEGIN")
+_END = ("COMMIT", "ROLLBACK")
+
+
+def _keyword(query: str) -> str:
+    return query.lstrip()[:10].upper()
+
+
+class TxnTracker:
+    """Follows BEGIN / GTID / XID / COMMIT / DDL to find transaction boundaries."""
+
+    def __init__(self) -> None:
+        self.in_txn = False
+        self._group_open = False   # a GTID was seen, the group has not ended
+        self.ctx = TxnContext()
+
+    def observe(self, ev: Event, file: str, pos: int) -> bool:
+        """Account for ``ev`` (starting at ``file:pos``); True if a boundary follows it."""
+        if isinstance(ev, (RowsEvent, TableMapEvent)):
+            if not self.in_txn and not self._group_open:
+                self._start(ev, file, pos, None, None)
+                self.in_txn = True
+            return False
+        if isinstance(ev, GtidEvent):
+            ts = ev.commit_ts_us // 1000 if ev.commit_ts_us else None
+            self._start(ev, file, pos, ev.gtid, ts)
+            self._group_open = True
+            return False
+        if isinstance(ev, MariadbGtidEvent):
+            self._start(ev, file, pos, ev.gtid, None)
+            self._group_open = True
+            self.in_txn = not ev.standalone   # MariaDB writes no BEGIN after its GTID
+            return False
+        if isinstance(ev, QueryEvent):
+            return self._query(ev, file, pos)
+        if isinstance(ev, (XidEvent, XaPrepareEvent)):
+            return self._end()
+        return not self.in_txn and not self._group_open
+
+    def _query(self, ev: QueryEvent, file: str, pos: int) -> bool:
+        word = _keyword(ev.query)
+        if word.startswith(_BEGIN):
+            if not self._group_open:
+                self._start(ev, file, pos, None, None)
+            self.in_txn = True
+            return False
+        if word.startswith(_END) or not self.in_txn:
+            return self._end()        # COMMIT, or a standalone statement (DDL)
+        return False                  # a statement inside a transaction
+
+    def _start(self, ev: Event, file: str, pos: int, gtid: str | None, ts_ms: int | None) -> None:
+        ctx = self.ctx
+        ctx.gtid = gtid
+        ctx.txn_id = gtid or f"{file}:{pos}"
+        ctx.ts_ms = ts_ms if ts_ms is not None else ev.header.timestamp * 1000
+        ctx.server_id = ev.header.server_id
+
+    def _end(self) -> bool:
+        self.in_txn = False
+        self._group_open = False
+        self.ctx = TxnContext()
+        return True
+
+    @staticmethod
+    def next_position(ev: Event, file: str, end_pos: int) -> tuple[str, int]:
+        """The position after ``ev``: a ROTATE moves to the start of the next file."""
+        if isinstance(ev, RotateEvent):
+            return ev.next_file, ev.next_pos
+        return file, end_pos
