@@ -1,0 +1,98 @@
+"""The benchmark's mariadbd: the test fixture's server, on a datadir that persists.
+
+``tests/support/mariadb.py`` starts a throwaway server in a temp dir and deletes
+it on stop. Benchmarks want the opposite: generate the binlogs once under
+``bench/data/`` and reuse them across runs. ``BenchServer`` reuses the
+fixture's install, command line and readiness wait, and only changes where
+the datadir lives and that ``stop()`` keeps it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+DATA_ROOT = BENCH_DIR / "data"
+OUT_DIR = BENCH_DIR / "out"
+
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+if str(REPO_ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT / "src"))
+
+from tests.support.mariadb import MariaDB, free_port  # noqa: E402
+
+__all__ = ["BenchServer", "BENCH_OPTIONS", "DATA_ROOT", "OUT_DIR", "REPO_ROOT", "data_dir_for"]
+
+# Throughput over durability: the server exists only to write binlogs.
+# binlog_row_metadata is deliberately left at MariaDB's default (NO_LOG), so
+# column names must come from information_schema, as on most real servers.
+BENCH_OPTIONS: dict[str, str | None] = {
+    "innodb-buffer-pool-size": "2G",
+    "innodb-log-file-size": "1G",
+    "innodb-log-buffer-size": "64M",
+    "innodb-flush-log-at-trx-commit": "0",
+    "innodb-doublewrite": "0",
+    "sync-binlog": "0",
+    "binlog-cache-size": "16M",
+    "max-binlog-size": "1G",
+    "max-allowed-packet": "256M",
+}
+
+
+def data_dir_for(rows: int, seed: int) -> Path:
+    """One directory per (rows, seed): a --small run never clobbers the full set."""
+    return DATA_ROOT / f"rows{rows}-seed{seed}"
+
+
+@dataclass
+class BenchServer(MariaDB):
+    """A mariadbd whose datadir is ``<basedir>/data`` and survives ``stop()``."""
+
+    def start(self, timeout: float = 120.0) -> "BenchServer":
+        if self.basedir is None:
+            raise ValueError("BenchServer needs a basedir")
+        self.basedir = Path(self.basedir)
+        self.basedir.mkdir(parents=True, exist_ok=True)
+        self.options = {**BENCH_OPTIONS, **self.options}
+        datadir = self.datadir
+        if not (datadir / "mysql").is_dir():
+            self._install(datadir)
+        self.port = free_port()
+        self.process = subprocess.Popen(
+            self._command(datadir),
+            stdout=open(self.basedir / "stdout.log", "wb"),
+            stderr=subprocess.STDOUT,
+        )
+        self._wait_ready(timeout)
+        return self
+
+    @property
+    def datadir(self) -> Path:
+        return Path(self.basedir) / "data"
+
+    def pin(self, cpus: set[int]) -> None:
+        """Keep the server off the core the measured client runs on."""
+        if self.process is None:
+            return
+        for tid in os.listdir(f"/proc/{self.process.pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
