@@ -1,0 +1,154 @@
+"""Validated value types the config models are built from.
+
+Each type validates itself where it is declared, so a model field reads as
+``checkpoint: StoragePath`` and its rules live here once. Validators that need
+the file being loaded read the pydantic *validation context*:
+
+``base_dir``  folder relative paths resolve against (the YAML file's folder)
+``env``       mapping environment variables are read from
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer, PlainValidator
+from pydantic import StringConstraints, ValidationInfo
+from pydantic_core import PydanticCustomError
+
+from mysqlcdc.types import BinlogPosition
+
+__all__ = [
+    "StartFrom",
+    "StoragePath",
+    "LocalPath",
+    "TablePattern",
+    "TriggerInterval",
+    "SparkConfValue",
+    "EnvVarName",
+    "context_base_dir",
+    "context_env",
+]
+
+# --- context -----------------------------------------------------------------
+
+
+def context_base_dir(info: ValidationInfo) -> Path:
+    """The folder relative paths resolve against: ``base_dir`` in the context, else the cwd."""
+    base = (info.context or {}).get("base_dir")
+    return Path(base) if base is not None else Path.cwd()
+
+
+def context_env(info: ValidationInfo) -> Any:
+    """The environment to read variables from: ``env`` in the context, else ``os.environ``."""
+    env = (info.context or {}).get("env")
+    return os.environ if env is None else env
+
+
+# --- start position ----------------------------------------------------------
+
+
+def _parse_start(value: object) -> Literal["earliest", "latest"] | BinlogPosition:
+    if isinstance(value, BinlogPosition) or value in ("earliest", "latest"):
+        return value  # type: ignore[return-value]
+    if isinstance(value, str):
+        try:
+            return BinlogPosition.parse(value)
+        except ValueError:
+            pass
+    raise PydanticCustomError(
+        "start_position",
+        "expected earliest, latest or FILE:POS such as mariadb-bin.000003:4",
+    )
+
+
+StartFrom = Annotated[
+    Union[Literal["earliest", "latest"], BinlogPosition],
+    PlainValidator(_parse_start),
+    PlainSerializer(str),
+]
+"""``earliest``, ``latest`` or a :class:`~mysqlcdc.types.BinlogPosition` written ``FILE:POS``."""
+
+# --- paths -------------------------------------------------------------------
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _absolute(path: Path, info: ValidationInfo) -> Path:
+    return Path(os.path.abspath(context_base_dir(info) / path.expanduser()))
+
+
+def _storage_path(value: str, info: ValidationInfo) -> str:
+    if not value.strip():
+        raise PydanticCustomError("path_empty", "a path must not be empty")
+    if _URI.match(value):
+        return value
+    return str(_absolute(Path(value), info))
+
+
+StoragePath = Annotated[str, AfterValidator(_storage_path)]
+"""A Spark storage location: a URI (``s3a://``, ``hdfs://``, ``file://``) kept as written,
+or a local path made absolute against the YAML file's folder."""
+
+LocalPath = Annotated[Path, AfterValidator(_absolute)]
+"""A local file, made absolute against the YAML file's folder."""
+
+# --- table patterns ----------------------------------------------------------
+
+_BAD_PATTERN_CHARS = re.compile(r"[\s`/\\]")
+
+
+def _table_pattern(value: str) -> str:
+    db, dot, table = value.partition(".")
+    if not dot or not db or not table or "." in table or _BAD_PATTERN_CHARS.search(value):
+        raise PydanticCustomError(
+            "table_pattern",
+            "expected a db.table glob such as shop.* or shop.order_? "
+            "(one dot; * ? [...] match within a name)",
+        )
+    return value
+
+
+TablePattern = Annotated[str, AfterValidator(_table_pattern)]
+"""``db.table`` where each side is an fnmatch glob (``*``, ``?``, ``[...]``)."""
+
+# --- spark -------------------------------------------------------------------
+
+_INTERVAL = re.compile(
+    r"^(interval\s+)?\d+(\.\d+)?\s+"
+    r"(microsecond|millisecond|second|minute|hour|day)s?$",
+    re.IGNORECASE,
+)
+
+
+def _trigger_interval(value: str) -> str:
+    if not _INTERVAL.match(value.strip()):
+        raise PydanticCustomError(
+            "trigger_interval",
+            "expected a number and a unit such as '1 second', '500 milliseconds' or '2 minutes'",
+        )
+    return value.strip()
+
+
+TriggerInterval = Annotated[str, AfterValidator(_trigger_interval)]
+"""A Spark processing-time interval: ``'1 second'``, ``'500 milliseconds'``, ``'2 minutes'``."""
+
+
+def _scalar_to_str(value: object) -> object:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+SparkConfValue = Annotated[str, BeforeValidator(_scalar_to_str)]
+"""A Spark conf value; YAML numbers and booleans become the strings Spark expects."""
+
+# --- environment -------------------------------------------------------------
+
+EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+"""The name of an environment variable, such as ``MYSQLCDC_PASSWORD``."""

@@ -1,0 +1,425 @@
+"""The pipeline config: what ``mysqlcdc run PIPELINE.yaml`` loads.
+
+Every option is declared once, here, with its type, default, limits and meaning
+(``docs/CONFIG.md`` is generated from these declarations by
+``python -m mysqlcdc.config.reference``). Every model forbids unknown keys, so a
+typo fails instead of being ignored.
+
+Load a file with :func:`mysqlcdc.config.load_pipeline`; it resolves relative
+paths against the file's folder and reads the password from the environment.
+Building models directly works too (paths then resolve against the cwd and the
+password comes from ``os.environ``)::
+
+    >>> cfg = PipelineConfig.model_validate({
+    ...     "name": "shop-cdc",
+    ...     "source": {"host": "db", "user": "cdc", "server_id": 5401},
+    ...     "spark": {"checkpoint": "/tmp/ck"},
+    ...     "sinks": [{"console": {}}],
+    ... })
+    >>> cfg.spark.app_name, cfg.source.start, cfg.sinks[0].max_rows
+    ('mysqlcdc-shop-cdc', 'latest', 20)
+
+Sinks are written as one-key mappings (``- changelog: {...}``); the key picks the
+model. To add a sink type, declare its model with ``type: Literal["kafka"]`` and
+add it to :data:`AnySinkConfig`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, Union, get_args
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    FieldSerializationInfo,
+    PrivateAttr,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+from typing_extensions import Self
+
+from mysqlcdc.config.fields import (
+    EnvVarName,
+    LocalPath,
+    SparkConfValue,
+    StartFrom,
+    StoragePath,
+    TablePattern,
+    TriggerInterval,
+    context_env,
+)
+from mysqlcdc.config.secret import Secret
+
+__all__ = [
+    "PipelineConfig",
+    "SourceConfig",
+    "SslConfig",
+    "TablesConfig",
+    "TableMatcher",
+    "ReconnectConfig",
+    "SparkConfig",
+    "ChangelogSinkConfig",
+    "ConsoleSinkConfig",
+    "AnySinkConfig",
+    "SINK_TYPES",
+    "MAX_SERVER_ID",
+]
+
+MAX_SERVER_ID = 2**32 - 1
+
+
+class _Model(BaseModel):
+    """Base of every config model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- source ------------------------------------------------------------------
+
+
+class SslConfig(_Model):
+    """TLS for the connection to the server. Leave ``ssl`` out (or null) to connect without
+    TLS; write ``ssl: {}`` for TLS verified against the system's CA certificates."""
+
+    ca: LocalPath | None = Field(
+        None,
+        description="CA certificate file (PEM) the server certificate must chain to. "
+        "Null: the system's CA certificates.",
+    )
+    cert: LocalPath | None = Field(
+        None, description="Client certificate file (PEM), for servers that require one. Needs `key`."
+    )
+    key: LocalPath | None = Field(
+        None, description="Private key file (PEM) of the client certificate. Needs `cert`."
+    )
+    verify_cert: bool = Field(
+        True, description="Check that the server certificate chains to `ca` (or a system CA)."
+    )
+    verify_identity: bool = Field(
+        True,
+        description="Check that the server certificate names `source.host`. Needs `verify_cert`.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if (self.cert is None) != (self.key is None):
+            raise PydanticCustomError("ssl_pair", "cert and key must be given together")
+        if self.verify_identity and not self.verify_cert:
+            raise PydanticCustomError(
+                "ssl_verify", "verify_identity needs verify_cert: true"
+            )
+        return self
+
+
+class TableMatcher:
+    """``matcher(db, table)``: True when ``db.table`` matches an include pattern and no
+    exclude pattern. Case-sensitive, like MySQL table names on Linux; ``*`` and ``?``
+    never cross the dot. Picklable (it travels to Spark executors).
+
+    >>> m = TableMatcher(["shop.*"], ["shop.tmp_*"])
+    >>> m("shop", "orders"), m("shop", "tmp_1"), m("Shop", "orders")
+    (True, False, False)
+    """
+
+    __slots__ = ("include", "exclude", "_include", "_exclude")
+
+    def __init__(self, include: Iterable[str], exclude: Iterable[str] = ()) -> None:
+        self.include = tuple(include)
+        self.exclude = tuple(exclude)
+        self._include = [_compile_pattern(p) for p in self.include]
+        self._exclude = [_compile_pattern(p) for p in self.exclude]
+
+    def __call__(self, db: str, table: str) -> bool:
+        return _matches_any(self._include, db, table) and not _matches_any(
+            self._exclude, db, table
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TableMatcher, (self.include, self.exclude))
+
+    def __repr__(self) -> str:
+        return f"TableMatcher(include={list(self.include)!r}, exclude={list(self.exclude)!r})"
+
+
+def _compile_pattern(pattern: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    import fnmatch
+
+    db, _, table = pattern.partition(".")
+    return re.compile(fnmatch.translate(db)), re.compile(fnmatch.translate(table))
+
+
+def _matches_any(
+    patterns: list[tuple[re.Pattern[str], re.Pattern[str]]], db: str, table: str
+) -> bool:
+    return any(d.match(db) and t.match(table) for d, t in patterns)
+
+
+class TablesConfig(_Model):
+    """Which tables to capture: those matching an ``include`` pattern and no ``exclude``
+    pattern. Patterns are ``db.table`` with fnmatch globs on each side (``*``, ``?``,
+    ``[abc]``, ``[!abc]``), matched case-sensitively."""
+
+    include: list[TablePattern] = Field(
+        default_factory=lambda: ["*.*"],
+        min_length=1,
+        description="Patterns of tables to capture, such as `shop.*` or `*.orders`.",
+    )
+    exclude: list[TablePattern] = Field(
+        default_factory=list,
+        description="Patterns of tables to leave out even when included, such as `shop.tmp_*`.",
+    )
+
+    def matcher(self) -> TableMatcher:
+        """A picklable ``(db, table) -> bool`` for these patterns."""
+        return TableMatcher(self.include, self.exclude)
+
+
+class ReconnectConfig(_Model):
+    """How to reconnect after the connection to the server drops. The delay starts at
+    ``initial_delay_s`` and doubles after each failed attempt up to ``max_delay_s``;
+    after ``attempts`` failures in a row the pipeline stops with CONNECTION_LOST."""
+
+    attempts: int = Field(
+        10, ge=0, description="Reconnect attempts in a row before giving up; 0: fail at once."
+    )
+    initial_delay_s: float = Field(
+        0.5, gt=0, description="Seconds to wait before the first reconnect attempt."
+    )
+    max_delay_s: float = Field(30.0, gt=0, description="Longest wait between two attempts, seconds.")
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> Self:
+        if self.max_delay_s < self.initial_delay_s:
+            raise PydanticCustomError(
+                "delay_order", "max_delay_s must be at least initial_delay_s"
+            )
+        return self
+
+
+class SourceConfig(_Model):
+    """The MySQL or MariaDB server to capture from, and how to read its binlog.
+
+    The user needs ``REPLICATION SLAVE, REPLICATION CLIENT`` and ``SELECT`` on the
+    captured tables. The password is never written in the file: ``password_env``
+    names the environment variable that holds it, read once at load.
+    """
+
+    host: str = Field(min_length=1, description="Server host name or IP address.")
+    port: int = Field(3306, ge=1, le=65535, description="Server TCP port.")
+    user: str = Field(min_length=1, description="User to connect as.")
+    password_env: EnvVarName | None = Field(
+        None,
+        description="Name of the environment variable holding the password (such as "
+        "`MYSQLCDC_PASSWORD`); it must be set when the config loads. Null: empty password.",
+    )
+    server_id: int = Field(
+        ge=1,
+        le=MAX_SERVER_ID,
+        description="Replica server id this pipeline registers with, 1..2^32-1. It must differ "
+        "from the server's own id and from every other replica or reader of the server. The "
+        "pipeline uses `server_id` itself and parallel readers use `server_id+1` .. "
+        "`server_id+parallelism`: keep that whole range free.",
+    )
+    ssl: SslConfig | None = Field(None, description="TLS settings; null: no TLS.")
+    start: StartFrom = Field(
+        "latest",
+        description="Where a pipeline without a checkpoint starts: `earliest` (oldest binlog "
+        "on the server), `latest` (current end) or `FILE:POS` such as "
+        "`mariadb-bin.000003:4`. Ignored once a checkpoint exists.",
+    )
+    tables: TablesConfig = Field(
+        default_factory=TablesConfig, description="Which tables to capture."
+    )
+    max_events_per_batch: int = Field(
+        50000,
+        gt=0,
+        description="Admission control: most binlog events one micro-batch takes; a longer "
+        "backlog is split over several batches (a transaction is never split).",
+    )
+    parallelism: int = Field(
+        1, ge=1, le=64, description="Decode partitions per micro-batch, 1..64."
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0, description="Seconds to wait for the server to accept a connection."
+    )
+    reconnect: ReconnectConfig = Field(
+        default_factory=ReconnectConfig, description="Reconnect policy after a dropped connection."
+    )
+
+    _password: Secret = PrivateAttr(default_factory=lambda: Secret(""))
+
+    @field_validator("password_env")
+    @classmethod
+    def _env_var_is_set(cls, name: str | None, info: ValidationInfo) -> str | None:
+        if name is not None and name not in context_env(info):
+            raise PydanticCustomError(
+                "env_var_missing",
+                "environment variable {name} is not set; it must hold the password of "
+                "the source user",
+                {"name": name},
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _read_password(self, info: ValidationInfo) -> Self:
+        if self.password_env is not None:
+            self._password = Secret(context_env(info)[self.password_env])
+        return self
+
+    @model_validator(mode="after")
+    def _server_ids_fit(self) -> Self:
+        if self.server_id + self.parallelism > MAX_SERVER_ID:
+            raise PydanticCustomError(
+                "server_id_range",
+                "server_id + parallelism must stay below 2^32 (readers use server_id .. "
+                "server_id+parallelism)",
+            )
+        return self
+
+    def password(self) -> str:
+        """The password read from ``password_env`` at load (``""`` when none is named)."""
+        return self._password.reveal()
+
+    def server_ids(self) -> range:
+        """Every replica server id this pipeline may use: ``server_id`` .. ``server_id+parallelism``."""
+        return range(self.server_id, self.server_id + self.parallelism + 1)
+
+
+# --- spark -------------------------------------------------------------------
+
+
+class SparkConfig(_Model):
+    """The Spark session and streaming query that run the pipeline."""
+
+    master: str = Field("local[*]", min_length=1, description="Spark master URL.")
+    app_name: str | None = Field(
+        None, description="Spark application name. Null: `mysqlcdc-<name>`."
+    )
+    trigger_interval: TriggerInterval = Field(
+        "1 second",
+        description="Processing-time trigger: how often a micro-batch starts, such as "
+        "`1 second` or `500 milliseconds`.",
+    )
+    checkpoint: StoragePath = Field(
+        description="Streaming checkpoint location: binlog offsets and sink commits. A local "
+        "path (relative to the YAML file's folder) or a URI such as `s3a://bucket/ck`. One "
+        "per pipeline; never share it."
+    )
+    conf: dict[str, SparkConfValue] = Field(
+        default_factory=dict,
+        description="Extra Spark conf, key to value, such as `spark.sql.shuffle.partitions: 4`.",
+    )
+
+
+# --- sinks -------------------------------------------------------------------
+
+
+class ChangelogSinkConfig(_Model):
+    """``changelog``: appends every change envelope to a partitioned Parquet changelog."""
+
+    type: Literal["changelog"] = Field(
+        "changelog", exclude=True, repr=False, description="Set from the mapping key; not written."
+    )
+    path: StoragePath = Field(
+        description="Where the changelog is written: a local path (relative to the YAML "
+        "file's folder) or a URI such as `s3a://bucket/changelog`."
+    )
+    partition_by: list[str] = Field(
+        default_factory=lambda: ["db", "table"],
+        description="Envelope columns the changelog is partitioned by; [] for none.",
+    )
+
+    @field_validator("partition_by")
+    @classmethod
+    def _distinct(cls, columns: list[str]) -> list[str]:
+        if len(set(columns)) != len(columns):
+            raise PydanticCustomError("duplicate_column", "columns must be distinct")
+        return columns
+
+
+class ConsoleSinkConfig(_Model):
+    """``console``: prints each micro-batch's changes, for trying a pipeline out."""
+
+    type: Literal["console"] = Field(
+        "console", exclude=True, repr=False, description="Set from the mapping key; not written."
+    )
+    max_rows: int = Field(20, gt=0, description="Most rows printed per micro-batch.")
+    truncate: bool = Field(True, description="Cut long values to 20 characters.")
+
+
+_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig]
+
+SINK_TYPES: dict[str, type[_Model]] = {
+    cls.model_fields["type"].default: cls for cls in get_args(_SinkUnion)
+}
+"""Sink models by the key that selects them in YAML."""
+
+
+def _unwrap_sink(value: object) -> object:
+    """``{"changelog": {...}}`` -> ``{"type": "changelog", ...}`` for the tagged union."""
+    if isinstance(value, tuple(SINK_TYPES.values())):
+        return value
+    if not isinstance(value, dict) or len(value) != 1:
+        raise PydanticCustomError(
+            "sink_shape", "each sink is a one-key mapping such as `- changelog: {path: ./cl}`"
+        )
+    ((kind, options),) = value.items()
+    if kind not in SINK_TYPES:
+        raise PydanticCustomError(
+            "sink_type",
+            "unknown sink type '{kind}'; expected one of: {known}",
+            {"kind": kind, "known": ", ".join(SINK_TYPES)},
+        )
+    options = {} if options is None else options
+    if not isinstance(options, dict) or "type" in options:
+        raise PydanticCustomError(
+            "sink_options", "the options of sink '{kind}' must be a mapping of its options",
+            {"kind": kind},
+        )
+    return {**options, "type": kind}
+
+
+AnySinkConfig = Annotated[
+    _SinkUnion, Discriminator("type"), BeforeValidator(_unwrap_sink)
+]
+"""One sink, written ``{<type>: {options}}``; the key picks the model from :data:`SINK_TYPES`."""
+
+
+# --- pipeline ----------------------------------------------------------------
+
+
+class PipelineConfig(_Model):
+    """One pipeline: a source server, the Spark query that reads it and the sinks it writes."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9_-]+$",
+        description="Pipeline name: lower-case letters, digits, `_` and `-`.",
+    )
+    source: SourceConfig = Field(description="The server to capture from.")
+    spark: SparkConfig = Field(description="The Spark session and streaming query.")
+    sinks: list[AnySinkConfig] = Field(
+        min_length=1,
+        description="Where changes go: a list of one-key mappings such as "
+        "`- changelog: {path: ./changelog}`; at least one.",
+    )
+
+    @model_validator(mode="after")
+    def _default_app_name(self) -> Self:
+        if self.spark.app_name is None:
+            self.spark.app_name = f"mysqlcdc-{self.name}"
+        return self
+
+    @field_serializer("sinks")
+    def _sinks_as_written(
+        self, sinks: list[_Model], info: FieldSerializationInfo
+    ) -> list[dict[str, Any]]:
+        mode = "json" if info.mode_is_json() else "python"
+        return [{s.type: s.model_dump(mode=mode)} for s in sinks]  # type: ignore[attr-defined]
