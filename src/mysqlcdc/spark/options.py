@@ -1,0 +1,114 @@
+"""Spark option strings -> a typed, picklable description of what to read.
+
+Options (case-insensitive, as Spark passes them)::
+
+    host, port, user, password       connection (password is redacted by Spark)
+    serverId                         replica id of the driver-side scanner;
+                                     read tasks use serverId+1 .. serverId+parallelism
+    startingPosition                 earliest | latest (default) | FILE:POS
+    endingPosition                   batch reads only: latest (default) | FILE:POS
+    include, exclude                 comma-separated db.table globs
+    maxEventsPerBatch                admission control, binlog events per micro-batch
+    parallelism                      read tasks per micro-batch (default 1)
+    batchRows                        rows per Arrow record batch (default 8192)
+    ssl.ca, ssl.cert, ssl.key, ssl.verifyCert
+    connectTimeout, reconnectAttempts, reconnectMaxDelay
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from mysqlcdc.capture.filters import TableFilter
+from mysqlcdc.errors import ConfigError
+from mysqlcdc.protocol.connection import ConnectionSettings
+from mysqlcdc.types import BinlogPosition
+
+__all__ = ["SourceOptions"]
+
+
+def _get(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
+    lowered = {k.lower(): v for k, v in options.items()}
+    value = lowered.get(name.lower())
+    return default if value is None or value == "" else value
+
+
+def _int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"option {name} must be an integer, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"option {name} must be positive, got {value}")
+    return value
+
+
+def _position(text: str | None, name: str, allowed: tuple[str, ...]) -> str:
+    if text in allowed:
+        return text
+    try:
+        BinlogPosition.parse(text or "")
+    except ValueError:
+        raise ConfigError(
+            f"option {name} must be {' | '.join(allowed)} | FILE:POS, got {text!r}"
+        ) from None
+    return text
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    settings: ConnectionSettings
+    server_id: int
+    start: str
+    end: str
+    tables: TableFilter
+    max_events_per_batch: int | None
+    parallelism: int
+    batch_rows: int
+    reconnect_attempts: int
+    reconnect_max_delay: float
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+        host, user = _get(options, "host"), _get(options, "user")
+        if not host or not user:
+            raise ConfigError("options host and user are required for format('mysqlcdc')")
+        server_id = _int(options, "serverId", None)
+        if server_id is None:
+            raise ConfigError(
+                "option serverId is required: a replica id unique on the source server"
+            )
+        return cls(
+            settings=ConnectionSettings(
+                host=host,
+                port=_int(options, "port", 3306),
+                user=user,
+                password=_get(options, "password", "") or "",
+                ssl=_ssl(options),
+                connect_timeout=float(_int(options, "connectTimeout", 10)),
+            ),
+            server_id=server_id,
+            start=_position(_get(options, "startingPosition", "latest"), "startingPosition",
+                            ("earliest", "latest")),
+            end=_position(_get(options, "endingPosition", "latest"), "endingPosition",
+                          ("latest",)),
+            tables=TableFilter.parse(_get(options, "include"), _get(options, "exclude")),
+            max_events_per_batch=_int(options, "maxEventsPerBatch", None),
+            parallelism=_int(options, "parallelism", 1),
+            batch_rows=_int(options, "batchRows", 8192),
+            reconnect_attempts=_int(options, "reconnectAttempts", 10),
+            reconnect_max_delay=float(_int(options, "reconnectMaxDelay", 30)),
+        )
+
+
+def _ssl(options: Mapping[str, str]) -> dict | None:
+    ssl = {k: _get(options, f"ssl.{k}") for k in ("ca", "cert", "key")}
+    ssl = {k: v for k, v in ssl.items() if v}
+    verify = _get(options, "ssl.verifyCert")
+    if verify is not None:
+        ssl["check_hostname"] = verify.lower() == "true"
+    return ssl or None
