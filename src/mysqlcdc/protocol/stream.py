@@ -1,0 +1,314 @@
+"""The binlog as a replica receives it: raw events, in order, resumable.
+
+``ReplicationStream`` logs in with pymysql, registers as a replica
+(COM_REGISTER_SLAVE), asks for the binlog from a file and position
+(COM_BINLOG_DUMP) and yields every event as :class:`RawEvent`, bytes exactly
+as stored in the binlog file (header, body, CRC32 trailer when the server
+checksums). It does not decode rows and never decides where to stop; the
+caller stops iterating, or passes ``stop_at``.
+
+On a dropped connection (socket error, EOF, no heartbeat within the read
+timeout, the dump thread killed) it reconnects with exponential backoff and
+resumes where the last yielded event ended, so no event is lost or repeated
+(artificial events, which carry no position of their own, are sent again).
+
+>>> settings = ConnectionSettings("127.0.0.1", user="cdc", password="...")
+>>> with ReplicationStream(settings, server_id=1001,
+...                        start=BinlogPosition.of("mysql-bin.000042", 4)) as stream:
+...     for event in stream:                      # doctest: +SKIP
+...         print(event.file, event.pos, len(event.data))
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pymysql
+
+from mysqlcdc.errors import (
+    ConnectionLostError,
+    ConfigError,
+    MysqlcdcError,
+    ProtocolError,
+    ServerIdInUseError,
+    TransientError,
+)
+from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, query, show_binary_logs
+from mysqlcdc.protocol.dump_errors import TRANSIENT_CODES, map_dump_error
+from mysqlcdc.protocol.packet import Disconnected, PacketChannel, lenenc_str, parse_error_packet
+from mysqlcdc.types import BinlogPosition
+
+__all__ = ["RawEvent", "RetryPolicy", "ReplicationStream"]
+
+ROTATE_EVENT = 4
+FORMAT_DESCRIPTION_EVENT = 15
+HEARTBEAT_LOG_EVENT = 27
+LOG_EVENT_ARTIFICIAL_F = 0x20
+HEADER_SIZE = 19
+_HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
+COM_BINLOG_DUMP = 0x12
+COM_REGISTER_SLAVE = 0x15
+MARIADB_SLAVE_CAPABILITY_GTID = 4  # GTID events and annotate-rows events, not rewritten
+BINLOG_SEND_ANNOTATE_ROWS_EVENT = 2  # MariaDB dump flag; without it ANNOTATE_ROWS is skipped
+
+
+@dataclass(frozen=True, slots=True)
+class RawEvent:
+    """One whole binlog event and where it starts.
+
+    ``pos`` is the event's start offset in ``file``. Artificial events (the
+    fake ROTATE and FORMAT_DESCRIPTION sent at dump start, heartbeats) are not
+    in the file; they carry the position the stream is at.
+    """
+
+    file: str
+    pos: int
+    data: bytes
+    artificial: bool
+
+    @property
+    def event_type(self) -> int:
+        return self.data[4]
+
+    @property
+    def end(self) -> int:
+        """Offset just past this event in ``file`` (== header log_pos for real events)."""
+        return self.pos + len(self.data)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Reconnect budget: ``attempts`` consecutive failures, delays doubling.
+
+    The n-th retry waits ``min(max_delay, initial_delay * multiplier**(n-1))``.
+    """
+
+    attempts: int = 6
+    initial_delay: float = 0.5
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 0 or self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+            raise ConfigError(f"invalid retry policy {self!r}: counts and delays must be >= 0, "
+                              "the multiplier >= 1")
+
+    def delay(self, attempt: int) -> float:
+        return min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
+
+
+class ReplicationStream:
+    """Iterate the binlog from ``start`` as a replica with ``server_id``.
+
+    ``reconnect=None`` turns reconnecting off (a drop raises at once).
+    ``stop_at`` ends iteration once the next event would start at or after it.
+    Not thread-safe; ``close()`` is idempotent.
+    """
+
+    def __init__(self, settings: ConnectionSettings, *, server_id: int, start: BinlogPosition,
+                 heartbeat_seconds: float = 5.0, reconnect: RetryPolicy | None = RetryPolicy(),
+                 stop_at: BinlogPosition | None = None) -> None:
+        if not 0 < server_id < 2**32:
+            raise ConfigError(f"server_id must be between 1 and 4294967295, got {server_id}")
+        if heartbeat_seconds < 0:
+            raise ConfigError(f"heartbeat_seconds must be >= 0, got {heartbeat_seconds}")
+        if not 4 <= start.pos < 2**32:
+            raise ConfigError(f"start position {start} is outside 4..4294967295")
+        self.settings = settings
+        self.server_id = server_id
+        self.heartbeat_seconds = heartbeat_seconds
+        self.reconnect = reconnect
+        self.stop_at = stop_at
+        self._next = start
+        self._checksum_len = 0
+        self._replica_uuid = str(uuid.uuid4())
+        self._conn: pymysql.Connection | None = None
+        self._channel: PacketChannel | None = None
+        self._streamed = False
+        self._closed = False
+
+    @property
+    def position(self) -> BinlogPosition:
+        """Where the next real event starts: the resume point."""
+        return self._next
+
+    @property
+    def connection_id(self) -> int | None:
+        """The server's id for the current replication connection (for KILL)."""
+        return self._conn.thread_id() if self._conn is not None else None
+
+    @property
+    def read_timeout(self) -> float | None:
+        """Seconds without any packet (heartbeats included) that count as a drop."""
+        if self.heartbeat_seconds == 0:
+            return self.settings.read_timeout
+        return max(self.settings.read_timeout or 0.0, 3 * self.heartbeat_seconds, 1.0)
+
+    def __iter__(self) -> Iterator[RawEvent]:
+        failures = 0
+        while not self._closed and not self._reached_stop():
+            try:
+                event = self._read_one()
+            except (Disconnected, TransientError) as exc:
+                self._drop()
+                failures += 1
+                self._wait_or_give_up(failures, exc)
+                continue
+            if event is None:
+                return
+            failures = 0
+            yield event
+
+    def close(self) -> None:
+        self._closed = True
+        self._drop()
+
+    def __enter__(self) -> "ReplicationStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"ReplicationStream({self.settings.address}, server_id={self.server_id}, "
+                f"at={self._next}, stop_at={self.stop_at})")
+
+    # -- iteration ---------------------------------------------------------
+
+    def _reached_stop(self) -> bool:
+        return self.stop_at is not None and self._next >= self.stop_at
+
+    def _read_one(self) -> RawEvent | None:
+        if self._channel is None:
+            self._open()
+        assert self._channel is not None
+        first, body = self._channel.read_payload()
+        if first == 0x00:
+            return self._advance(body)
+        if first == 0xFF:
+            raise self._dump_error(body)
+        if first == 0xFE and len(body) < 8:
+            return None  # EOF packet: the server ended the dump
+        raise ProtocolError(f"unexpected packet 0x{first:02x} in the binlog stream at {self._next}")
+
+    def _advance(self, data: bytes) -> RawEvent:
+        """Wrap one event and move the resume point past it."""
+        if len(data) < HEADER_SIZE:
+            raise ProtocolError(f"event of {len(data)} bytes at {self._next} is shorter than a header")
+        _ts, kind, _sid, size, log_pos, flags = _HEADER.unpack_from(data)
+        if size != len(data):
+            raise ProtocolError(f"event at {self._next} says {size} bytes but {len(data)} arrived")
+        artificial = log_pos == 0 or bool(flags & LOG_EVENT_ARTIFICIAL_F) or kind == HEARTBEAT_LOG_EVENT
+        if kind == FORMAT_DESCRIPTION_EVENT:
+            self._checksum_len = _fde_checksum_len(data, self._checksum_len)
+        file = self._next.file
+        pos = self._next.pos if artificial else log_pos - size
+        if kind == ROTATE_EVENT:
+            self._next = self._rotate_target(data)
+            if artificial:
+                file, pos = self._next.file, self._next.pos
+        elif not artificial:
+            self._next = BinlogPosition.of(file, log_pos)
+        return RawEvent(file, pos, data, artificial)
+
+    def _rotate_target(self, data: bytes) -> BinlogPosition:
+        body = data[HEADER_SIZE:len(data) - self._checksum_len]
+        name = body[8:].decode("utf-8", "replace")
+        return BinlogPosition.of(name, int.from_bytes(body[:8], "little"))
+
+    def _wait_or_give_up(self, failures: int, exc: Exception) -> None:
+        policy = self.reconnect
+        if policy is not None and failures <= policy.attempts:
+            time.sleep(policy.delay(failures))
+            return
+        if not self._streamed and isinstance(exc, MysqlcdcError):
+            raise exc
+        tries = 0 if policy is None else policy.attempts
+        raise ConnectionLostError(
+            f"lost the binlog stream from {self.settings.address} at {self._next} and "
+            f"{tries} reconnect attempts failed: {exc}") from exc
+
+    # -- connecting --------------------------------------------------------
+
+    def _open(self) -> None:
+        conn = connect_sql(self.settings, read_timeout=None)
+        try:
+            self._prepare_session(conn)
+            channel = PacketChannel(conn)
+            channel.set_timeout(self.read_timeout)
+            channel.send_command(self._register_command())
+            self._expect_ok(channel)
+            channel.send_command(self._dump_command("mariadb" in conn.get_server_info().lower()))
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._channel, self._streamed = conn, channel, True
+
+    def _prepare_session(self, conn: pymysql.Connection) -> None:
+        """Check our id is not the server's own and declare what we understand."""
+        period = int(self.heartbeat_seconds * 1_000_000_000)
+        rows = query(conn, "SELECT @@server_id, @@global.binlog_checksum")
+        own_id, checksum = int(rows[0][0]), str(rows[0][1] or "NONE").upper()
+        if own_id == self.server_id:
+            raise ServerIdInUseError(
+                f"server_id {self.server_id} is the server's own @@server_id at {self.settings.address}")
+        self._checksum_len = 4 if checksum == "CRC32" else 0
+        query(conn,
+                 "SET @master_binlog_checksum = @@global.binlog_checksum,"
+                 " @source_binlog_checksum = @@global.binlog_checksum,"
+                 f" @mariadb_slave_capability = {MARIADB_SLAVE_CAPABILITY_GTID},"
+                 f" @master_heartbeat_period = {period}, @source_heartbeat_period = {period},"
+                 f" @slave_uuid = '{self._replica_uuid}', @replica_uuid = '{self._replica_uuid}'")
+
+    def _register_command(self) -> bytes:
+        host = socket.gethostname().encode("utf-8", "replace")[:60]
+        return (bytes([COM_REGISTER_SLAVE]) + struct.pack("<I", self.server_id)
+                + lenenc_str(host) + lenenc_str(b"") + lenenc_str(b"")
+                + struct.pack("<HII", 0, 0, 0))
+
+    def _dump_command(self, mariadb: bool) -> bytes:
+        flags = BINLOG_SEND_ANNOTATE_ROWS_EVENT if mariadb else 0
+        return (bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", self._next.pos, flags, self.server_id)
+                + self._next.file.encode("utf-8"))
+
+    def _expect_ok(self, channel: PacketChannel) -> None:
+        first, body = channel.read_payload()
+        if first == 0xFF:
+            raise self._dump_error(body)
+        if first != 0x00:
+            raise ProtocolError(f"COM_REGISTER_SLAVE answered with packet 0x{first:02x}, not OK")
+
+    def _dump_error(self, body: bytes) -> Exception:
+        err = parse_error_packet(body)
+        if err.code in TRANSIENT_CODES:
+            return Disconnected(f"server error {err.code}: {err.message}")
+        oldest = self._oldest_binlog() if err.code == 1236 else None
+        return map_dump_error(err, start=str(self._next), server_id=self.server_id, oldest=oldest)
+
+    def _oldest_binlog(self) -> str | None:
+        """The oldest binlog file still on the server, asked on a side connection."""
+        try:
+            conn = connect_sql(self.settings)
+            try:
+                logs = show_binary_logs(conn)
+            finally:
+                conn.close()
+        except (MysqlcdcError, pymysql.err.MySQLError):
+            return None  # the message then says the list could not be read
+        return logs[0][0] if logs else None
+
+    def _drop(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None and conn.open:
+            conn.close()
+
+
+def _fde_checksum_len(data: bytes, current: int) -> int:
+    """FORMAT_DESCRIPTION ends with the checksum algorithm byte and a CRC32."""
+    algorithm = data[-5]
+    return {0: 0, 1: 4}.get(algorithm, current)
