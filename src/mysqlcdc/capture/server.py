@@ -1,0 +1,228 @@
+"""Facts about the source server, and the preflight check before capture.
+
+Plain SQL over :func:`mysqlcdc.protocol.connection.connect_sql`. ``preflight``
+checks, in this order and stopping at the first failure: the server answers,
+the login works, the binlog is on, its format is ROW, the account has the
+replication privileges, the start position is still on the server, and the
+chosen server_id is free. Each failure is a named PreflightError (or
+ServerUnreachableError) whose message says what is wrong and whose hint says
+what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import pymysql
+
+from mysqlcdc.errors import (
+    BinlogDisabledError,
+    BinlogFormatError,
+    BinlogPurgedError,
+    MissingPrivilegeError,
+    ProtocolError,
+    ServerIdInUseError,
+)
+from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, query, show_binary_logs
+from mysqlcdc.types import BinlogPosition
+
+__all__ = [
+    "ServerInfo", "server_info", "list_binlogs", "current_position", "earliest_position",
+    "granted_privileges", "preflight",
+]
+
+_VARIABLES = ("server_id", "log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
+              "binlog_checksum", "gtid_mode", "gtid_executed", "gtid_binlog_pos")
+_SYNTAX = 1064
+# Each requirement is met by any one of these names (MariaDB 10.5+ renamed some).
+REQUIRED_PRIVILEGES: dict[str, frozenset[str]] = {
+    "REPLICATION SLAVE": frozenset({"REPLICATION SLAVE", "REPLICATION REPLICA"}),
+    "REPLICATION CLIENT": frozenset({"REPLICATION CLIENT", "BINLOG MONITOR"}),
+    "SELECT": frozenset({"SELECT"}),
+}
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the server says about itself; ``warnings`` are problems that do not stop capture."""
+
+    version: str
+    flavor: str                       # "mariadb" or "mysql"
+    server_id: int
+    log_bin: bool
+    binlog_format: str
+    binlog_row_image: str
+    binlog_row_metadata: str | None   # None where the server has no such variable
+    binlog_checksum: str
+    gtid_mode: str | None             # MySQL's @@gtid_mode; None on MariaDB (always has GTIDs)
+    gtid_position: str | None         # MySQL @@gtid_executed, MariaDB @@gtid_binlog_pos
+    warnings: tuple[str, ...] = ()
+
+
+def server_info(conn: pymysql.Connection) -> ServerInfo:
+    """Version, flavor and the binlog settings that matter for capture."""
+    version = str(query(conn, "SELECT VERSION()")[0][0])
+    names = ", ".join(f"'{n}'" for n in _VARIABLES)
+    rows = query(conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({names})")
+    v = {str(name).lower(): str(value) for name, value in rows}
+    mariadb = "mariadb" in version.lower()
+    info = ServerInfo(
+        version=version, flavor="mariadb" if mariadb else "mysql",
+        server_id=int(v.get("server_id", "0")), log_bin=v.get("log_bin", "OFF").upper() == "ON",
+        binlog_format=v.get("binlog_format", "").upper(),
+        binlog_row_image=v.get("binlog_row_image", "FULL").upper(),
+        binlog_row_metadata=v["binlog_row_metadata"].upper() if "binlog_row_metadata" in v else None,
+        binlog_checksum=v.get("binlog_checksum", "NONE").upper(),
+        gtid_mode=None if mariadb else v.get("gtid_mode"),
+        gtid_position=v.get("gtid_binlog_pos" if mariadb else "gtid_executed"),
+    )
+    return dataclasses.replace(info, warnings=_warnings(info))
+
+
+def _warnings(info: ServerInfo) -> tuple[str, ...]:
+    if info.binlog_row_image in ("", "FULL"):
+        return ()
+    return (f"binlog_row_image is {info.binlog_row_image}, not FULL: row images lack the columns "
+            "the statement did not touch (SET GLOBAL binlog_row_image='FULL' to capture whole rows)",)
+
+
+def list_binlogs(conn: pymysql.Connection) -> list[tuple[str, int]]:
+    """The binlog files on the server as (name, size), oldest first."""
+    return show_binary_logs(conn)
+
+
+def current_position(conn: pymysql.Connection) -> BinlogPosition:
+    """The end of the binlog now: always a transaction boundary."""
+    for statement in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS", "SHOW BINLOG STATUS"):
+        try:
+            rows = query(conn, statement)
+        except ProtocolError as exc:
+            if getattr(exc, "server_code", 0) == _SYNTAX:
+                continue  # removed in MySQL 8.4 / not known to this server: try the next name
+            raise
+        if not rows:
+            raise BinlogDisabledError("the server reports no binlog position: the binary log is off")
+        return BinlogPosition.of(str(rows[0][0]), int(rows[0][1]))
+    raise ProtocolError("the server knows none of SHOW MASTER STATUS, SHOW BINARY LOG STATUS, "
+                        "SHOW BINLOG STATUS", hint="Report the server version to mysqlcdc.")
+
+
+def earliest_position(conn: pymysql.Connection) -> BinlogPosition:
+    """The start of the oldest binlog file still on the server."""
+    logs = list_binlogs(conn)
+    if not logs:
+        raise BinlogDisabledError("the server lists no binlog files: the binary log is off")
+    return BinlogPosition.of(logs[0][0], 4)
+
+
+_GRANT_PRIVS = re.compile(r"^GRANT (?P<privs>.+?) ON (?P<obj>\S+) TO ", re.IGNORECASE)
+_GRANT_ROLES = re.compile(r"^GRANT (?P<roles>(?:(?! ON ).)+?) TO ", re.IGNORECASE)
+_SPLIT_PRIVS = re.compile(r",\s*(?![^()]*\))")  # commas outside column lists
+
+
+def _parse_grants(lines: Iterable[str]) -> tuple[set[str], list[str]]:
+    """Privilege names (global ones, plus SELECT at any level) and granted role names."""
+    privileges: set[str] = set()
+    roles: list[str] = []
+    for line in lines:
+        m = _GRANT_PRIVS.match(line)
+        if m:
+            names = {p.split("(")[0].strip().upper() for p in _SPLIT_PRIVS.split(m["privs"])}
+            if m["obj"] == "*.*":
+                privileges |= names
+            elif "SELECT" in names or "ALL PRIVILEGES" in names or "ALL" in names:
+                privileges.add("SELECT")
+        elif (m := _GRANT_ROLES.match(line)):
+            roles += [r.strip() for r in _SPLIT_PRIVS.split(m["roles"])]
+    return privileges, roles
+
+
+def granted_privileges(conn: pymysql.Connection) -> set[str]:
+    """Privileges of the current user, through granted roles too (ALL expanded)."""
+    privileges, pending = _parse_grants(r[0] for r in query(conn, "SHOW GRANTS FOR CURRENT_USER()"))
+    seen: set[str] = set()
+    while pending:
+        role = pending.pop()
+        if role in seen:
+            continue
+        seen.add(role)
+        more, nested = _parse_grants(r[0] for r in query(conn, f"SHOW GRANTS FOR {role}"))
+        privileges |= more
+        pending += nested
+    if privileges & {"ALL", "ALL PRIVILEGES"}:
+        privileges |= {name for names in REQUIRED_PRIVILEGES.values() for name in names}
+    return privileges
+
+
+def _check_privileges(conn: pymysql.Connection, settings: ConnectionSettings) -> None:
+    have = granted_privileges(conn)
+    missing = [need for need, names in REQUIRED_PRIVILEGES.items() if not have & names]
+    if missing:
+        raise MissingPrivilegeError(
+            f"user {settings.user!r} lacks {', '.join(missing)} "
+            f"(has: {', '.join(sorted(have)) or 'nothing'}) on {settings.address}")
+    list_binlogs(conn)  # confirm: raises MissingPrivilegeError if refused after all
+
+
+def _check_start(logs: list[tuple[str, int]], start: BinlogPosition) -> None:
+    sizes = dict(logs)
+    oldest = logs[0][0] if logs else "none"
+    if start.file not in sizes:
+        raise BinlogPurgedError(
+            f"start {start}: binlog file {start.file} is not on the server (purged, or never "
+            f"written); the oldest binlog still on the server is {oldest}")
+    if start.pos > sizes[start.file]:
+        raise BinlogPurgedError(
+            f"start {start}: position {start.pos} lies beyond the end of {start.file} "
+            f"({sizes[start.file]} bytes); the oldest binlog still on the server is {oldest}")
+
+
+def _replica_ids(conn: pymysql.Connection) -> set[int] | None:
+    """Server ids of registered replicas, or None if the user may not list them."""
+    for statement in ("SHOW SLAVE HOSTS", "SHOW REPLICAS"):
+        try:
+            rows = query(conn, statement)
+        except MissingPrivilegeError:
+            return None
+        except ProtocolError:
+            continue
+        return {int(row[0]) for row in rows}
+    return None
+
+
+def _check_server_id(conn: pymysql.Connection, info: ServerInfo, server_id: int) -> tuple[str, ...]:
+    """Raise if server_id is taken; return a warning if replicas cannot be listed."""
+    if server_id == info.server_id:
+        raise ServerIdInUseError(f"server_id {server_id} is the source server's own @@server_id")
+    replicas = _replica_ids(conn)
+    if replicas is None:
+        return (f"could not list connected replicas (SHOW SLAVE HOSTS was refused), so server_id "
+                f"{server_id} was not checked against them",)
+    if server_id in replicas:
+        raise ServerIdInUseError(
+            f"server_id {server_id} is used by a replica or reader connected to the server now "
+            f"(SHOW SLAVE HOSTS lists {sorted(replicas)})")
+    return ()
+
+
+def preflight(settings: ConnectionSettings, *, server_id: int,
+              start: BinlogPosition | None) -> ServerInfo:
+    """Check the server can serve capture from ``start`` for ``server_id``; see module doc."""
+    conn = connect_sql(settings)  # ServerUnreachableError, AuthenticationError
+    try:
+        info = server_info(conn)
+        if not info.log_bin:
+            raise BinlogDisabledError(f"the binary log is off on {settings.address} (log_bin=OFF)")
+        if info.binlog_format != "ROW":
+            raise BinlogFormatError(f"binlog_format is {info.binlog_format} on {settings.address}, "
+                                    "and only ROW carries the changed rows")
+        _check_privileges(conn, settings)
+        if start is not None:
+            _check_start(list_binlogs(conn), start)
+        more = _check_server_id(conn, info, server_id)
+        return dataclasses.replace(info, warnings=info.warnings + more)
+    finally:
+        conn.close()

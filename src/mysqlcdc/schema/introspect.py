@@ -1,0 +1,103 @@
+"""Table definitions as the server describes them now: the only SQL about tables.
+
+``load_tables`` reads ``information_schema.COLUMNS`` (and the primary key from
+``KEY_COLUMN_USAGE``) in one pass per query, never per table, so a server with
+thousands of tables costs two round trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pymysql
+
+from mysqlcdc.errors import ProtocolError
+from mysqlcdc.protocol.connection import query
+from mysqlcdc.schema.model import ColumnDef, TableDef
+
+__all__ = ["SYSTEM_SCHEMAS", "load_tables", "parse_labels"]
+
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+_BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+_SKIP = ", ".join(f"'{s}'" for s in sorted(SYSTEM_SCHEMAS))
+
+_COLUMNS_SQL = f"""
+SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE,
+       c.CHARACTER_SET_NAME, c.IS_NULLABLE
+FROM information_schema.COLUMNS c
+JOIN information_schema.TABLES t
+  ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
+WHERE c.TABLE_SCHEMA NOT IN ({_SKIP}) AND t.TABLE_TYPE <> 'VIEW'
+ORDER BY c.TABLE_SCHEMA, c.TABLE_NAME, c.ORDINAL_POSITION
+"""
+
+_PRIMARY_SQL = f"""
+SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME
+FROM information_schema.KEY_COLUMN_USAGE
+WHERE CONSTRAINT_NAME = 'PRIMARY' AND TABLE_SCHEMA NOT IN ({_SKIP})
+"""
+
+Include = Callable[[str, str], bool]
+
+
+def load_tables(conn: pymysql.Connection, include: Include | None = None
+                ) -> dict[tuple[str, str], TableDef]:
+    """Every base table outside the system schemas that ``include(db, table)`` accepts.
+
+    Columns come in ordinal order. Binary string columns get charset ``"binary"``
+    (information_schema leaves it NULL for them); other non-string columns None.
+    """
+    primary = {(db, t, col) for db, t, col in query(conn, _PRIMARY_SQL)}
+    columns: dict[tuple[str, str], list[ColumnDef]] = {}
+    for db, table, *rest in query(conn, _COLUMNS_SQL):
+        if include is not None and not include(db, table):
+            continue
+        column = _column(rest, is_primary_key=(db, table, rest[0]) in primary)
+        columns.setdefault((db, table), []).append(column)
+    return {key: TableDef(key[0], key[1], tuple(cols)) for key, cols in columns.items()}
+
+
+def _column(row: list, *, is_primary_key: bool) -> ColumnDef:
+    name, data_type, column_type, charset, nullable = row
+    data_type, column_type = str(data_type).lower(), str(column_type)
+    labels = parse_labels(column_type) if data_type in ("enum", "set") else ()
+    if charset is None and data_type in _BINARY_TYPES:
+        charset = "binary"
+    return ColumnDef(
+        name=str(name), data_type=data_type,
+        unsigned=" unsigned" in column_type.lower(),
+        charset=None if charset is None else str(charset),
+        enum_values=labels if data_type == "enum" else (),
+        set_values=labels if data_type == "set" else (),
+        is_primary_key=is_primary_key, nullable=str(nullable).upper() == "YES",
+        column_type=column_type,
+    )
+
+
+def parse_labels(column_type: str) -> tuple[str, ...]:
+    """The labels of ``enum('a','it''s','x,y')`` / ``set(...)``: quotes doubled inside."""
+    body = column_type[column_type.index("(") + 1:column_type.rindex(")")]
+    labels: list[str] = []
+    i = 0
+    while i < len(body):
+        if body[i] != "'":
+            i += 1  # commas and spaces between labels
+            continue
+        label, i = _quoted(body, i + 1)
+        labels.append(label)
+    return tuple(labels)
+
+
+def _quoted(text: str, i: int) -> tuple[str, int]:
+    """Read a quoted label starting after its opening quote; return it and the next index."""
+    out: list[str] = []
+    while i < len(text):
+        if text[i] == "'" and text[i + 1:i + 2] == "'":
+            out.append("'")
+            i += 2
+        elif text[i] == "'":
+            return "".join(out), i + 1
+        else:
+            out.append(text[i])
+            i += 1
+    raise ProtocolError(f"unterminated label in column type {text!r}")
