@@ -31,3 +31,26 @@ def fresh_db(mariadb):
     mariadb.sql(f"CREATE DATABASE `{name}`")
     yield name
     mariadb.sql(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One SparkSession (local[2]) for the whole run, mysqlcdc registered."""
+    from mysqlcdc.spark import build_session
+
+    session = build_session("local[2]", "mysqlcdc-tests", {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def source_options(mariadb):
+    """Spark options for format('mysqlcdc') against the session server."""
+    counter = next(_db_counter)
+
+    def make(**extra):
+        opts = {"host": mariadb.host, "port": str(mariadb.port), "user": mariadb.user,
+                "password": mariadb.password, "serverId": str(1000 + counter * 10)}
+        opts.update({k: str(v) for k, v in extra.items()})
+        return opts
+    return make

@@ -1,0 +1,126 @@
+"""Pure units of the capture and envelope layers: no server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mysqlcdc.binlog.events import (
+    EventHeader, GtidEvent, MariadbGtidEvent, QueryEvent, RotateEvent, RowsEvent,
+    TableMapEvent, XidEvent,
+)
+from mysqlcdc.capture.filters import TableFilter
+from mysqlcdc.capture.planner import Scan, split
+from mysqlcdc.capture.transactions import TxnTracker
+from mysqlcdc.envelope.builder import EnvelopeBuilder, TxnContext
+from mysqlcdc.envelope.model import ARROW_SCHEMA
+from mysqlcdc.errors import ConfigError
+from mysqlcdc.spark.options import SourceOptions
+from mysqlcdc.types import BinlogPosition, make_seq
+
+pytestmark = pytest.mark.unit
+
+
+def H(ts: int = 100, server_id: int = 1) -> EventHeader:
+    return EventHeader(ts, 0, server_id, 0, 0, 0)
+
+
+def q(text: str) -> QueryEvent:
+    return QueryEvent(H(), 1, 0, 0, "db", text)
+
+
+def rows() -> RowsEvent:
+    return RowsEvent(H(), "c", 1, "db", "t", [(None, {"id": 1})], True)
+
+
+def tmap() -> TableMapEvent:
+    return TableMapEvent(H(), 1, "db", "t", b"\x03", (0,), (False,), None, None)
+
+
+def test_mysql_transaction_boundaries():
+    t = TxnTracker()
+    assert t.observe(GtidEvent(H(), "u:1", 1_700_000_000_123_456), "f.1", 4) is False
+    assert t.ctx.gtid == "u:1" and t.ctx.ts_ms == 1_700_000_000_123
+    assert t.observe(q("BEGIN"), "f.1", 10) is False
+    assert t.observe(tmap(), "f.1", 20) is False
+    assert t.observe(rows(), "f.1", 30) is False
+    assert t.observe(XidEvent(H(), 9), "f.1", 40) is True
+    # DDL after a GTID, with no BEGIN: ends after the statement
+    assert t.observe(GtidEvent(H(), "u:2"), "f.1", 50) is False
+    assert t.observe(q("CREATE TABLE x (a int)"), "f.1", 60) is True
+
+
+def test_mariadb_groups_and_non_transactional_commit():
+    t = TxnTracker()
+    assert t.observe(MariadbGtidEvent(H(), 0, 1, 5, 0, False), "f.1", 4) is False
+    assert t.ctx.txn_id == "0-1-5"
+    assert t.observe(tmap(), "f.1", 10) is False
+    assert t.observe(rows(), "f.1", 20) is False
+    assert t.observe(q("COMMIT"), "f.1", 30) is True
+    assert t.observe(MariadbGtidEvent(H(), 0, 1, 6, 1, True), "f.1", 40) is False
+    assert t.observe(q("DROP TABLE x"), "f.1", 50) is True
+    # statements inside an open transaction do not end it
+    assert t.observe(q("BEGIN"), "f.1", 60) is False
+    assert t.ctx.txn_id == "f.1:60"
+    assert t.observe(q("INSERT INTO x VALUES (1)"), "f.1", 70) is False
+    assert t.observe(XidEvent(H(), 3), "f.1", 80) is True
+
+
+def test_rotate_moves_to_next_file():
+    ev = RotateEvent(H(), "mysql-bin.000010", 4)
+    assert TxnTracker.next_position(ev, "mysql-bin.000009", 999) == ("mysql-bin.000010", 4)
+    assert TxnTracker().observe(ev, "mysql-bin.000009", 900) is True
+
+
+def test_positions_order_across_files():
+    a, b = BinlogPosition.parse("mysql-bin.000009:900"), BinlogPosition.parse("mysql-bin.000010:4")
+    assert a < b
+    with pytest.raises(ValueError):
+        BinlogPosition.parse("nofile")
+    assert make_seq(9, 900, 0) < make_seq(9, 900, 1) < make_seq(10, 4, 0)
+
+
+def test_table_filter():
+    f = TableFilter(("shop.*", "crm.users"), ("shop.tmp_*",))
+    assert f("shop", "orders") and f("crm", "users")
+    assert not f("shop", "tmp_1") and not f("crm", "leads") and not f("mysql", "user")
+    assert TableFilter()("app", "t") and not TableFilter()("mysql", "user")
+    with pytest.raises(ValueError):
+        TableFilter(("noDot",))
+
+
+def test_builder_keys_and_schema():
+    b = EnvelopeBuilder()
+    ctx = TxnContext()
+    ctx.gtid, ctx.txn_id, ctx.ts_ms, ctx.server_id = "0-1-1", "0-1-1", 5, 1
+    nxt = b.add_rows("u", "db", "t", [({"id": 1, "v": "a"}, {"v": "b"})], ("id",), ctx,
+                     "bin.000002", 2, 400, 0)
+    nxt = b.add_rows("d", "db", "t", [({"id": 2, "v": "é"}, None)], None, ctx, "bin.000002", 2, 500, 0)
+    batch = b.take()
+    assert batch.schema == ARROW_SCHEMA and batch.num_rows == 2 and nxt == 1
+    data = batch.to_pylist()
+    assert json.loads(data[0]["key"]) == {"id": 1}          # key from the before image (MINIMAL)
+    assert json.loads(data[1]["key"]) == {"id": 2, "v": "é"}  # no PK: all columns
+    assert data[0]["seq"] < data[1]["seq"] and len(b) == 0
+
+
+def test_split_cuts_at_boundaries():
+    p = lambda n: BinlogPosition.of("b.000001", n)  # noqa: E731
+    scan = Scan(p(4), p(100), [(p(10), 1), (p(20), 2), (p(50), 3), (p(100), 4)])
+    ranges = split(scan, 2)
+    assert ranges[0][0] == p(4) and ranges[-1][1] == p(100)
+    assert all(a < b for a, b in ranges) and len(ranges) == 2
+    assert split(scan, 1) == [(p(4), p(100))]
+
+
+def test_source_options_validation():
+    base = {"host": "h", "user": "u", "serverId": "5"}
+    opts = SourceOptions.parse({**base, "MAXEVENTSPERBATCH": "10", "include": "a.*, b.c"})
+    assert opts.max_events_per_batch == 10 and opts.tables.include == ("a.*", "b.c")
+    for bad in ({"serverId": "x"}, {"startingPosition": "somewhere"}, {"parallelism": "0"}):
+        with pytest.raises(ConfigError):
+            SourceOptions.parse({**base, **bad})
+    with pytest.raises(ConfigError):
+        SourceOptions.parse({"host": "h", "user": "u"})
+    assert "secret" not in repr(SourceOptions.parse({**base, "password": "secret"}))
