@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -29,9 +30,17 @@ __all__ = [
     "TriggerInterval",
     "SparkConfValue",
     "EnvVarName",
+    "TypeName",
     "context_base_dir",
     "context_env",
 ]
+
+@dataclass(frozen=True)
+class TypeName:
+    """How the reference docs name a type (``Annotated`` metadata; pydantic ignores it)."""
+
+    name: str
+
 
 # --- context -----------------------------------------------------------------
 
@@ -69,6 +78,7 @@ StartFrom = Annotated[
     Union[Literal["earliest", "latest"], BinlogPosition],
     PlainValidator(_parse_start),
     PlainSerializer(str),
+    TypeName("earliest | latest | FILE:POS"),
 ]
 """``earliest``, ``latest`` or a :class:`~mysqlcdc.types.BinlogPosition` written ``FILE:POS``."""
 
@@ -89,11 +99,11 @@ def _storage_path(value: str, info: ValidationInfo) -> str:
     return str(_absolute(Path(value), info))
 
 
-StoragePath = Annotated[str, AfterValidator(_storage_path)]
+StoragePath = Annotated[str, AfterValidator(_storage_path), TypeName("path or URI")]
 """A Spark storage location: a URI (``s3a://``, ``hdfs://``, ``file://``) kept as written,
 or a local path made absolute against the YAML file's folder."""
 
-LocalPath = Annotated[Path, AfterValidator(_absolute)]
+LocalPath = Annotated[Path, AfterValidator(_absolute), TypeName("path")]
 """A local file, made absolute against the YAML file's folder."""
 
 # --- table patterns ----------------------------------------------------------
@@ -112,7 +122,7 @@ def _table_pattern(value: str) -> str:
     return value
 
 
-TablePattern = Annotated[str, AfterValidator(_table_pattern)]
+TablePattern = Annotated[str, AfterValidator(_table_pattern), TypeName("db.table glob")]
 """``db.table`` where each side is an fnmatch glob (``*``, ``?``, ``[...]``)."""
 
 # --- spark -------------------------------------------------------------------
@@ -133,7 +143,7 @@ def _trigger_interval(value: str) -> str:
     return value.strip()
 
 
-TriggerInterval = Annotated[str, AfterValidator(_trigger_interval)]
+TriggerInterval = Annotated[str, AfterValidator(_trigger_interval), TypeName("interval")]
 """A Spark processing-time interval: ``'1 second'``, ``'500 milliseconds'``, ``'2 minutes'``."""
 
 
@@ -145,10 +155,12 @@ def _scalar_to_str(value: object) -> object:
     return value
 
 
-SparkConfValue = Annotated[str, BeforeValidator(_scalar_to_str)]
+SparkConfValue = Annotated[str, BeforeValidator(_scalar_to_str), TypeName("string")]
 """A Spark conf value; YAML numbers and booleans become the strings Spark expects."""
 
 # --- environment -------------------------------------------------------------
 
-EnvVarName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvVarName = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), TypeName("env var name")
+]
 """The name of an environment variable, such as ``MYSQLCDC_PASSWORD``."""

@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from mysqlcdc.config.models import SINK_TYPES, PipelineConfig
+from mysqlcdc.config.models import SINK_TYPES, PipelineConfig, models_in
 from mysqlcdc.errors import ConfigError
 
 __all__ = ["load_pipeline", "load_pipeline_from_dict", "ConfigProblem"]
@@ -178,8 +178,20 @@ def _validate(
     try:
         return PipelineConfig.model_validate(data, context=context)
     except ValidationError as exc:
-        problems = [_problem(err, file, lines) for err in exc.errors(include_url=False)]
+        errors = _without_typo_echoes(exc.errors(include_url=False))
+        problems = [_problem(err, file, lines) for err in errors]
         raise _config_error(problems, file) from None
+
+
+def _without_typo_echoes(errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """Drop "x is missing" when an unknown key next to it is a typo of x (``soruce``)."""
+    meant = {
+        (*loc[:-1], name)
+        for err in errors
+        if err["type"] == "extra_forbidden"
+        and (name := _suggestion(loc := tuple(err["loc"]))) is not None
+    }
+    return [e for e in errors if not (e["type"] == "missing" and tuple(e["loc"]) in meant)]
 
 
 def _config_error(problems: list[ConfigProblem], file: str | None) -> ConfigError:
@@ -235,11 +247,20 @@ def _unknown_option(loc: Loc) -> str:
     key = str(loc[-1])
     options = _options_at(loc[:-1])
     if key.lower() == "password":
-        return "unknown option: never write the password in the file; name its variable in password_env"
-    close = difflib.get_close_matches(key, options, n=1, cutoff=0.6)
-    if close:
-        return f"unknown option (did you mean '{close[0]}'?)"
+        return (
+            "unknown option: never write the password in the file; "
+            "name its variable in password_env"
+        )
+    close = _suggestion(loc)
+    if close is not None:
+        return f"unknown option (did you mean '{close}'?)"
     return f"unknown option; expected one of: {', '.join(options)}" if options else "unknown option"
+
+
+def _suggestion(loc: Loc) -> str | None:
+    """The option an unknown key at ``loc`` most likely meant, if one is close."""
+    close = difflib.get_close_matches(str(loc[-1]), _options_at(loc[:-1]), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _options_at(loc: Loc) -> list[str]:
@@ -256,10 +277,5 @@ def _descend(model: type[BaseModel], part: str) -> list[type[BaseModel]]:
     if SINK_TYPES.get(part) is model:  # the tag of a sink: sinks.0.changelog
         return [model]
     field = model.model_fields.get(part)
-    return _models_in(field.annotation) if field is not None else []
+    return models_in(field.annotation) if field is not None else []
 
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [m for arg in getattr(annotation, "__args__", ()) for m in _models_in(arg)]

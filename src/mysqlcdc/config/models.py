@@ -71,6 +71,7 @@ __all__ = [
     "AnySinkConfig",
     "SINK_TYPES",
     "MAX_SERVER_ID",
+    "models_in",
 ]
 
 MAX_SERVER_ID = 2**32 - 1
@@ -95,7 +96,8 @@ class SslConfig(_Model):
         "Null: the system's CA certificates.",
     )
     cert: LocalPath | None = Field(
-        None, description="Client certificate file (PEM), for servers that require one. Needs `key`."
+        None,
+        description="Client certificate file (PEM), for servers that require one. Needs `key`.",
     )
     key: LocalPath | None = Field(
         None, description="Private key file (PEM) of the client certificate. Needs `cert`."
@@ -193,7 +195,9 @@ class ReconnectConfig(_Model):
     initial_delay_s: float = Field(
         0.5, gt=0, description="Seconds to wait before the first reconnect attempt."
     )
-    max_delay_s: float = Field(30.0, gt=0, description="Longest wait between two attempts, seconds.")
+    max_delay_s: float = Field(
+        30.0, gt=0, description="Longest wait between two attempts, seconds."
+    )
 
     @model_validator(mode="after")
     def _delays_ordered(self) -> Self:
@@ -241,8 +245,9 @@ class SourceConfig(_Model):
     max_events_per_batch: int = Field(
         50000,
         gt=0,
-        description="Admission control: most binlog events one micro-batch takes; a longer "
-        "backlog is split over several batches (a transaction is never split).",
+        description="Admission control: a micro-batch ends at the first transaction "
+        "boundary after this many binlog events, so a longer backlog is spread over several "
+        "batches (one large transaction still goes in one batch).",
     )
     parallelism: int = Field(
         1, ge=1, le=64, description="Decode partitions per micro-batch, 1..64."
@@ -289,7 +294,7 @@ class SourceConfig(_Model):
         return self._password.reveal()
 
     def server_ids(self) -> range:
-        """Every replica server id this pipeline may use: ``server_id`` .. ``server_id+parallelism``."""
+        """Every replica server id the pipeline may use: ``server_id`` .. ``+parallelism``."""
         return range(self.server_id, self.server_id + self.parallelism + 1)
 
 
@@ -391,6 +396,13 @@ AnySinkConfig = Annotated[
     _SinkUnion, Discriminator("type"), BeforeValidator(_unwrap_sink)
 ]
 """One sink, written ``{<type>: {options}}``; the key picks the model from :data:`SINK_TYPES`."""
+
+
+def models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The config models an annotation holds: ``list[X | None]`` -> ``[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", ()) for m in models_in(arg)]
 
 
 # --- pipeline ----------------------------------------------------------------
