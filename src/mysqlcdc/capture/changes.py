@@ -16,7 +16,7 @@ import pyarrow as pa
 from mysqlcdc.binlog.events import RowsEvent, TableMapEvent
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.envelope.builder import EnvelopeBuilder
-from mysqlcdc.errors import ConnectionLostError
+from mysqlcdc.errors import ConnectionLostError, SchemaError
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.types import BinlogPosition, binlog_file_number
@@ -91,7 +91,18 @@ class ChangeDecoder:
         if ev.primary_key and ev.column_names:
             return tuple(ev.column_names[i] for i in ev.primary_key)
         table = self.tables(ev.schema, ev.table) if self.tables else None
-        return (table.primary_key or None) if table else None
+        if table is None:
+            return None
+        if ev.column_names is None and len(table.columns) != len(ev.column_types):
+            raise SchemaError(
+                f"{ev.schema}.{ev.table}: the binlog row has {len(ev.column_types)} columns but the "
+                f"table definition read from information_schema has {len(table.columns)} "
+                f"({', '.join(table.column_names)}); the table changed after these events were "
+                "written, so its rows cannot be named safely",
+                hint="Set binlog_row_metadata=FULL on the server, or restart the pipeline from a "
+                "position after the DDL (the versioned schema history will remove this limit).",
+            )
+        return table.primary_key or None
 
     def take(self) -> pa.RecordBatch:
         return self.builder.take()

@@ -28,6 +28,8 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # stay on loopback
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
