@@ -159,8 +159,6 @@ class ReplicationStream:
                 failures += 1
                 self._wait_or_give_up(failures, exc)
                 continue
-            if event is None:
-                return
             failures = 0
             yield event
 
@@ -183,7 +181,7 @@ class ReplicationStream:
     def _reached_stop(self) -> bool:
         return self.stop_at is not None and self._next >= self.stop_at
 
-    def _read_one(self) -> RawEvent | None:
+    def _read_one(self) -> RawEvent:
         if self._channel is None:
             self._open()
         assert self._channel is not None
@@ -192,8 +190,8 @@ class ReplicationStream:
             return self._advance(body)
         if first == 0xFF:
             raise self._dump_error(body)
-        if first == 0xFE and len(body) < 8:
-            return None  # EOF packet: the server ended the dump
+        if first == 0xFE and len(body) < 8:  # EOF: we never ask for non-blocking dumps, so
+            raise Disconnected("the server ended the binlog stream (shutting down?)")
         raise ProtocolError(f"unexpected packet 0x{first:02x} in the binlog stream at {self._next}")
 
     def _advance(self, data: bytes) -> RawEvent:
