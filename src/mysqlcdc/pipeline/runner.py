@@ -38,6 +38,7 @@ def _ssl(cfg: PipelineConfig) -> dict | None:
         return None
     out: dict[str, Any] = {k: str(v) for k in ("ca", "cert", "key") if (v := getattr(ssl, k))}
     out["check_hostname"] = bool(ssl.verify_identity)
+    out["verify_mode"] = bool(ssl.verify_cert or ssl.verify_identity)
     return out
 
 
@@ -54,20 +55,26 @@ def source_options(cfg: PipelineConfig) -> dict[str, str]:
         "reconnectAttempts": str(src.reconnect.attempts),
         "reconnectMaxDelay": str(max(1, int(src.reconnect.max_delay_s))),
     }
-    for key, value in (_ssl(cfg) or {}).items():
-        name = "ssl.verifyCert" if key == "check_hostname" else f"ssl.{key}"
-        opts[name] = str(value).lower() if isinstance(value, bool) else str(value)
+    ssl = _ssl(cfg) or {}
+    for key in ("ca", "cert", "key"):
+        if key in ssl:
+            opts[f"ssl.{key}"] = ssl[key]
+    if ssl:
+        opts["ssl.verifyCert"] = str(ssl["verify_mode"]).lower()
+        opts["ssl.verifyIdentity"] = str(ssl["check_hostname"]).lower()
     return opts
 
 
-def sink_checkpoint(cfg: PipelineConfig, index: int) -> Path:
-    sink = cfg.sinks[index]
-    return Path(cfg.spark.checkpoint) / f"{index}-{sink.type}"
+def sink_checkpoint(cfg: PipelineConfig, index: int) -> str:
+    """``<checkpoint>/<index>-<type>``; kept a string so URIs (s3a://...) survive."""
+    return f"{cfg.spark.checkpoint.rstrip('/')}/{index}-{cfg.sinks[index].type}"
 
 
-def checkpoint_position(checkpoint: Path) -> BinlogPosition | None:
-    """The source offset of the newest planned batch in a Spark checkpoint, if any."""
-    offsets = checkpoint / "offsets"
+def checkpoint_position(checkpoint: str) -> BinlogPosition | None:
+    """The source offset of the newest planned batch in a local Spark checkpoint, if any."""
+    if "://" in checkpoint and not checkpoint.startswith("file://"):
+        return None   # remote checkpoints are read by Spark itself
+    offsets = Path(checkpoint.removeprefix("file://")) / "offsets"
     batches = sorted((int(p.name) for p in offsets.glob("[0-9]*")), reverse=True) if offsets.is_dir() else []
     for batch in batches:
         lines = (offsets / str(batch)).read_text().splitlines()
@@ -98,7 +105,7 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
     df = spark.readStream.format("mysqlcdc").options(**source_options(cfg)).load()
     queries = []
     for index, sink in enumerate(cfg.sinks):
-        checkpoint = str(sink_checkpoint(cfg, index))
+        checkpoint = sink_checkpoint(cfg, index)
         name = f"{cfg.name}-{index}-{sink.type}"
         trigger = cfg.spark.trigger_interval
         if isinstance(sink, ChangelogSinkConfig):

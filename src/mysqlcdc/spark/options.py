@@ -11,7 +11,7 @@ Options (case-insensitive, as Spark passes them)::
     maxEventsPerBatch                admission control, binlog events per micro-batch
     parallelism                      read tasks per micro-batch (default 1)
     batchRows                        rows per Arrow record batch (default 8192)
-    ssl.ca, ssl.cert, ssl.key, ssl.verifyCert
+    ssl.ca, ssl.cert, ssl.key, ssl.verifyCert, ssl.verifyIdentity
     connectTimeout, reconnectAttempts, reconnectMaxDelay
 """
 
@@ -110,5 +110,8 @@ def _ssl(options: Mapping[str, str]) -> dict | None:
     ssl = {k: v for k, v in ssl.items() if v}
     verify = _get(options, "ssl.verifyCert")
     if verify is not None:
-        ssl["check_hostname"] = verify.lower() == "true"
+        ssl["verify_mode"] = verify.lower() == "true"
+    identity = _get(options, "ssl.verifyIdentity")
+    if identity is not None:
+        ssl["check_hostname"] = identity.lower() == "true"
     return ssl or None
