@@ -141,7 +141,11 @@ def _parse_grants(lines: Iterable[str]) -> tuple[set[str], list[str]]:
 
 
 def granted_privileges(conn: pymysql.Connection) -> set[str]:
-    """Privileges of the current user, through granted roles too (ALL expanded)."""
+    """Privileges of the current user, through its active roles too (ALL expanded).
+
+    Privileges SHOW GRANTS lists are then confirmed by running SHOW BINARY LOGS
+    in preflight, since grants can promise more than a session really has.
+    """
     privileges, pending = _parse_grants(r[0] for r in query(conn, "SHOW GRANTS FOR CURRENT_USER()"))
     seen: set[str] = set()
     while pending:
@@ -149,7 +153,10 @@ def granted_privileges(conn: pymysql.Connection) -> set[str]:
         if role in seen:
             continue
         seen.add(role)
-        more, nested = _parse_grants(r[0] for r in query(conn, f"SHOW GRANTS FOR {role}"))
+        try:
+            more, nested = _parse_grants(r[0] for r in query(conn, f"SHOW GRANTS FOR {role}"))
+        except MissingPrivilegeError:
+            continue  # the server hides grants of roles not active for us: they do not apply
         privileges |= more
         pending += nested
     if privileges & {"ALL", "ALL PRIVILEGES"}:

@@ -1,0 +1,187 @@
+"""preflight() and the server facts, each failure produced by a real server in that state."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mysqlcdc.capture.server import (
+    current_position,
+    earliest_position,
+    granted_privileges,
+    list_binlogs,
+    preflight,
+    server_info,
+)
+from mysqlcdc.errors import (
+    AuthenticationError,
+    BinlogDisabledError,
+    BinlogFormatError,
+    BinlogPurgedError,
+    MissingPrivilegeError,
+    PreflightError,
+    ServerIdInUseError,
+    ServerUnreachableError,
+)
+from mysqlcdc.protocol.connection import ConnectionSettings
+from mysqlcdc.protocol.stream import ReplicationStream
+from mysqlcdc.types import BinlogPosition
+from tests.support.mariadb import MariaDB, free_port
+
+pytestmark = pytest.mark.integration
+
+
+def settings_for(db: MariaDB, user: str = "root", password: str = "") -> ConnectionSettings:
+    return ConnectionSettings(db.host, port=db.port, user=user, password=password)
+
+
+def create_user(db: MariaDB, name: str, *grants: str) -> ConnectionSettings:
+    db.sql(f"CREATE USER IF NOT EXISTS {name}@'%' IDENTIFIED BY 'pw-{name}'",
+           *(g.format(user=f"{name}@'%'") for g in grants))
+    return settings_for(db, name, f"pw-{name}")
+
+
+@pytest.fixture(scope="module")
+def own():
+    """A server this module may purge binlogs on and register replicas with."""
+    db = MariaDB().start()
+    yield db
+    db.stop()
+
+
+def test_facts_about_a_healthy_server(mariadb):
+    conn = mariadb.connect()
+    try:
+        info = server_info(conn)
+        logs = list_binlogs(conn)
+        here, first = current_position(conn), earliest_position(conn)
+    finally:
+        conn.close()
+    assert (info.flavor, info.log_bin, info.binlog_format, info.binlog_checksum) == \
+        ("mariadb", True, "ROW", "CRC32")
+    assert info.server_id == 1 and info.binlog_row_image == "FULL" and info.warnings == ()
+    assert first == BinlogPosition.of(logs[0][0], 4)
+    assert here.file == logs[-1][0] and here.pos == logs[-1][1]
+    assert preflight(settings_for(mariadb), server_id=900, start=here).version == info.version
+
+
+def test_unreachable_port():
+    port = free_port()
+    with pytest.raises(ServerUnreachableError, match=f"127.0.0.1:{port}") as caught:
+        preflight(ConnectionSettings("127.0.0.1", port=port, user="root", connect_timeout=2),
+                  server_id=900, start=None)
+    assert caught.value.hint
+
+
+def test_wrong_password(mariadb):
+    with pytest.raises(AuthenticationError, match="'root'@127.0.0.1") as caught:
+        preflight(settings_for(mariadb, "root", "not-the-password"), server_id=900, start=None)
+    assert "password" in caught.value.hint
+
+
+def test_binlog_off_server_and_login_is_checked_before_it():
+    with MariaDB(options={"log-bin": False}) as db:
+        with pytest.raises(AuthenticationError):
+            preflight(settings_for(db, "root", "wrong"), server_id=900, start=None)
+        with pytest.raises(BinlogDisabledError, match="log_bin=OFF") as caught:
+            preflight(settings_for(db), server_id=900, start=None)
+        assert "log_bin" in caught.value.hint
+
+
+def test_statement_format_server_and_format_is_checked_before_privileges():
+    with MariaDB(options={"binlog-format": "STATEMENT"}) as db:
+        nobody = create_user(db, "nobody")
+        with pytest.raises(BinlogFormatError, match="binlog_format is STATEMENT") as caught:
+            preflight(nobody, server_id=900, start=None)
+        assert "ROW" in caught.value.hint
+
+
+def test_a_user_without_privileges_is_told_which_are_missing(mariadb):
+    nobody = create_user(mariadb, "pf_nobody")
+    with pytest.raises(MissingPrivilegeError,
+                       match="lacks REPLICATION SLAVE, REPLICATION CLIENT, SELECT") as caught:
+        preflight(nobody, server_id=900, start=None)
+    assert "GRANT REPLICATION SLAVE" in caught.value.hint
+    slave_only = create_user(mariadb, "pf_slave", "GRANT REPLICATION SLAVE, SELECT ON *.* TO {user}")
+    with pytest.raises(MissingPrivilegeError, match=r"lacks REPLICATION CLIENT \(has: "):
+        preflight(slave_only, server_id=900, start=None)
+
+
+@pytest.mark.parametrize("grants", [
+    ("GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {user}",),
+    ("GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO {user}", "GRANT SELECT ON mysql.* TO {user}"),
+    ("GRANT ALL PRIVILEGES ON *.* TO {user}",),
+    ("CREATE ROLE IF NOT EXISTS pf_cdc_role",
+     "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO pf_cdc_role",
+     "GRANT pf_cdc_role TO {user}", "SET DEFAULT ROLE pf_cdc_role FOR {user}"),
+], ids=["replication-client", "binlog-monitor", "all-privileges", "default-role"])
+def test_each_way_of_granting_the_privileges_passes(mariadb, grants, request):
+    name = "pf_" + request.node.callspec.id.replace("-", "_")
+    settings = create_user(mariadb, name, *grants)
+    info = preflight(settings, server_id=900, start=None)
+    assert info.log_bin
+    # a user who may not SHOW SLAVE HOSTS gets a warning, never a silent pass
+    assert all("SHOW SLAVE HOSTS" in w for w in info.warnings)
+
+
+def test_a_role_that_is_not_active_does_not_count(mariadb):
+    mariadb.sql("CREATE ROLE IF NOT EXISTS pf_inactive",
+                "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO pf_inactive")
+    settings = create_user(mariadb, "pf_norole", "GRANT pf_inactive TO {user}")
+    with pytest.raises(MissingPrivilegeError, match="lacks REPLICATION SLAVE"):
+        preflight(settings, server_id=900, start=None)
+
+
+def purge_to(db: MariaDB, name: str) -> None:
+    """PURGE waits for MariaDB's binlog checkpoint, which comes a moment after FLUSH."""
+    deadline = time.monotonic() + 10
+    while db.sql("SHOW BINARY LOGS")[0][0] != name:
+        assert time.monotonic() < deadline, "PURGE BINARY LOGS did not remove the old files"
+        db.sql(f"PURGE BINARY LOGS TO '{name}'")
+        time.sleep(0.1)
+
+
+def test_purged_start_names_the_oldest_binlog_still_present(own):
+    first = own.sql("SHOW BINARY LOGS")[0][0]
+    own.sql("FLUSH BINARY LOGS", "FLUSH BINARY LOGS")
+    oldest = own.sql("SHOW BINARY LOGS")[-1][0]
+    purge_to(own, oldest)
+    with pytest.raises(BinlogPurgedError, match=f"oldest binlog still on the server is {oldest}") as caught:
+        preflight(settings_for(own), server_id=900, start=BinlogPosition.of(first, 4))
+    assert "earliest" in caught.value.hint
+    size = own.sql("SHOW BINARY LOGS")[-1][1]
+    with pytest.raises(BinlogPurgedError, match="beyond the end"):
+        preflight(settings_for(own), server_id=900, start=BinlogPosition.of(oldest, size + 1))
+    assert preflight(settings_for(own), server_id=900, start=BinlogPosition.of(oldest, 4))
+
+
+def test_server_id_of_the_server_itself(own):
+    with pytest.raises(ServerIdInUseError, match="own @@server_id") as caught:
+        preflight(settings_for(own), server_id=1, start=None)
+    assert "server_id" in caught.value.hint
+
+
+def test_server_id_of_a_connected_reader(own):
+    start = BinlogPosition.of(*own.sql("SHOW MASTER STATUS")[0][:2])
+    with ReplicationStream(settings_for(own), server_id=77, start=start) as stream:
+        next(iter(stream))  # registered and dumping
+        with pytest.raises(ServerIdInUseError, match="server_id 77 is used by a replica"):
+            preflight(settings_for(own), server_id=77, start=start)
+        assert preflight(settings_for(own), server_id=78, start=start).server_id == 1
+
+
+def test_row_image_other_than_full_is_a_warning_not_an_error(own):
+    own.sql("SET GLOBAL binlog_row_image = 'MINIMAL'")
+    try:
+        info = preflight(settings_for(own), server_id=900, start=None)
+    finally:
+        own.sql("SET GLOBAL binlog_row_image = 'FULL'")
+    assert info.binlog_row_image == "MINIMAL"
+    assert [w for w in info.warnings if "binlog_row_image is MINIMAL" in w]
+
+
+def test_every_preflight_error_says_what_to_do():
+    for cls in (BinlogDisabledError, BinlogFormatError, MissingPrivilegeError, BinlogPurgedError,
+                ServerIdInUseError, AuthenticationError):
+        assert issubclass(cls, PreflightError) and cls.hint
