@@ -1,0 +1,1 @@
+"""Hard value encodings of the binlog: DECIMAL, temporals, binary JSON, charsets."""

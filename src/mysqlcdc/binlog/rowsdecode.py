@@ -1,0 +1,149 @@
+"""WRITE/UPDATE/DELETE_ROWS bodies (pre-GA, v1, v2, MariaDB compressed, MySQL partial)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MalformedEventError, UnsupportedEventError
+from . import constants as C
+from . import events as E
+from .columns import ColumnSpec
+from .compression import mariadb_uncompress
+from .reader import Reader, ShortRead
+from .rows import compile_image_decoder, compile_rows_decoder
+from .values.json_diff import JSON_DIFF_TYPE, JsonDiffList, apply_json_diffs
+
+if TYPE_CHECKING:
+    from .parser import BinlogParser
+
+__all__ = ["decode_rows_body"]
+
+_KIND = {}
+for _codes, _kind in (
+    ((C.PRE_GA_WRITE_ROWS_EVENT, C.WRITE_ROWS_EVENT_V1, C.WRITE_ROWS_EVENT,
+      C.MARIA_WRITE_ROWS_COMPRESSED_EVENT_V1, C.MARIA_WRITE_ROWS_COMPRESSED_EVENT), "c"),
+    ((C.PRE_GA_UPDATE_ROWS_EVENT, C.UPDATE_ROWS_EVENT_V1, C.UPDATE_ROWS_EVENT,
+      C.MARIA_UPDATE_ROWS_COMPRESSED_EVENT_V1, C.MARIA_UPDATE_ROWS_COMPRESSED_EVENT,
+      C.PARTIAL_UPDATE_ROWS_EVENT), "u"),
+    ((C.PRE_GA_DELETE_ROWS_EVENT, C.DELETE_ROWS_EVENT_V1, C.DELETE_ROWS_EVENT,
+      C.MARIA_DELETE_ROWS_COMPRESSED_EVENT_V1, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT), "d"),
+):
+    for _c in _codes:
+        _KIND[_c] = _kind
+_V2 = frozenset({C.WRITE_ROWS_EVENT, C.UPDATE_ROWS_EVENT, C.DELETE_ROWS_EVENT,
+                 C.PARTIAL_UPDATE_ROWS_EVENT, C.MARIA_WRITE_ROWS_COMPRESSED_EVENT,
+                 C.MARIA_UPDATE_ROWS_COMPRESSED_EVENT, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT})
+_COMPRESSED = frozenset(range(C.MARIA_WRITE_ROWS_COMPRESSED_EVENT_V1, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT + 1))
+_DUMMY_TABLE_IDS = (0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFF)
+
+
+def _skip_extra_data(r: Reader, kind: str) -> None:
+    """ROWS v2 extra data: tagged NDB info and partition ids; unknown tags are malformed."""
+    length = r.u16()
+    if length < 2:
+        raise MalformedEventError(f"rows extra-data length {length} is below its own 2 bytes")
+    sub = Reader(r.buf, r.pos, r.pos + length - 2)
+    r.take(length - 2)
+    while sub.remaining():
+        tag = sub.u8()
+        if tag == C.ROWS_V_TAG_NDB:
+            n = sub.u8()
+            if n < 2:
+                raise MalformedEventError(f"NDB extra-data length {n}")
+            sub.take(n - 1)
+        elif tag == C.ROWS_V_TAG_PART:
+            sub.take(4 if kind == "u" else 2)
+        else:
+            raise MalformedEventError(f"unknown rows extra-data tag {tag}")
+
+
+def _bitmap_indexes(raw: bytes, width: int) -> tuple[int, ...]:
+    return tuple(i for i in range(width) if raw[i >> 3] >> (i & 7) & 1)
+
+
+def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p: int, end: int) -> E.RowsEvent:
+    """One rows event; ``rows`` is None when the table is filtered out."""
+    code = header.type_code
+    kind = _KIND[code]
+    r = Reader(data, p, end)
+    post = parser.post_header_len(code, 10 if code in _V2 else 8)
+    table_id = r.u32() if post == 6 else r.uint(6)
+    flags = r.u16()
+    if code in _V2:
+        _skip_extra_data(r, kind)
+    stmt_end = bool(flags & C.STMT_END_F)
+    state = parser.table_maps.get(table_id)
+    if state is None:
+        if table_id in _DUMMY_TABLE_IDS:
+            return E.RowsEvent(header, kind, table_id, "", "", [], stmt_end)
+        raise MalformedEventError(f"rows event for table id {table_id} without a TABLE_MAP")
+    tm = state.event
+    if not state.included:
+        return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, None, stmt_end)
+    cols = state.columns
+    width = r.packed()
+    if width > len(cols):
+        raise MalformedEventError(f"rows event has {width} columns, its TABLE_MAP {len(cols)}")
+    nbm = (width + 7) // 8
+    present = _bitmap_indexes(r.take(nbm), width)
+    present_after = _bitmap_indexes(r.take(nbm), width) if kind == "u" else None
+    if code in _COMPRESSED:
+        body, pos, stop = mariadb_uncompress(data, r.pos, end), 0, None
+        stop = len(body)
+    else:
+        body, pos, stop = data, r.pos, end
+    if code == C.PARTIAL_UPDATE_ROWS_EVENT:
+        rows = _partial_rows(cols, present, present_after or (), body, pos, stop)
+    else:
+        decoder = compile_rows_decoder(cols, kind, present, present_after)
+        rows, pos = decoder(body, pos, stop)
+        if pos != stop:
+            raise MalformedEventError(f"row images end at {pos}, the event data at {stop}")
+    names = tuple(c.name for c in cols)
+    return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, rows, stmt_end, names)
+
+
+def _partial_rows(cols: tuple[ColumnSpec, ...], present: tuple[int, ...], present_after: tuple[int, ...],
+                  data: bytes, pos: int, end: int) -> list:
+    """PARTIAL_UPDATE_ROWS: after images may hold JSON diffs against the before image."""
+    before_dec = compile_image_decoder(cols, present)
+    json_after = [i for i in present_after if cols[i].type == C.MYSQL_TYPE_JSON]
+    rows = []
+    while pos < end:
+        (before,), pos = before_dec(data, pos, end)
+        options, pos = _packed(data, pos)
+        partial: set[int] = set()
+        if options & C.PARTIAL_JSON_UPDATES:
+            nb = (len(json_after) + 7) // 8
+            bits = int.from_bytes(data[pos:pos + nb], "little")
+            pos += nb
+            partial = {ci for j, ci in enumerate(json_after) if bits >> j & 1}
+        after_cols = tuple(_DiffSpec.of(c) if i in partial else c for i, c in enumerate(cols))
+        (after,), pos = compile_image_decoder(after_cols, present_after)(data, pos, end)
+        for ci in partial:
+            name = cols[ci].name
+            diff = after.get(name)
+            if isinstance(diff, JsonDiffList):
+                if name not in before:
+                    raise UnsupportedEventError(
+                        f"partial JSON update of {name!r} without its before image; "
+                        "set binlog_row_image=FULL or binlog_row_value_options=''")
+                after[name] = apply_json_diffs(before[name], diff.diffs)
+        rows.append((before, after))
+    if pos != end:
+        raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
+    return rows
+
+
+def _packed(data: bytes, pos: int) -> tuple[int, int]:
+    r = Reader(data, pos)
+    v = r.packed()
+    return v, r.pos
+
+
+class _DiffSpec:
+    """Builds the ColumnSpec of a JSON column whose after value is a diff list."""
+
+    @staticmethod
+    def of(col: ColumnSpec) -> ColumnSpec:
+        return ColumnSpec(col.name, JSON_DIFF_TYPE, 4, False, None)
