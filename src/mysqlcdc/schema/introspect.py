@@ -75,7 +75,10 @@ def _column(row: list, *, is_primary_key: bool) -> ColumnDef:
 
 
 def parse_labels(column_type: str) -> tuple[str, ...]:
-    """The labels of ``enum('a','it''s','x,y')`` / ``set(...)``: quotes doubled inside."""
+    """The labels of ``enum('a','it''s','x,y')`` / ``set(...)`` as the server shows them.
+
+    COLUMN_TYPE doubles quotes and backslash-escapes backslashes, NUL, CR, LF and ^Z.
+    """
     body = column_type[column_type.index("(") + 1:column_type.rindex(")")]
     labels: list[str] = []
     i = 0
@@ -88,16 +91,23 @@ def parse_labels(column_type: str) -> tuple[str, ...]:
     return tuple(labels)
 
 
+_ESCAPES = {"0": "\0", "Z": "\x1a", "n": "\n", "r": "\r", "t": "\t"}
+
+
 def _quoted(text: str, i: int) -> tuple[str, int]:
     """Read a quoted label starting after its opening quote; return it and the next index."""
     out: list[str] = []
     while i < len(text):
-        if text[i] == "'" and text[i + 1:i + 2] == "'":
+        pair = text[i:i + 2]
+        if pair == "''":
             out.append("'")
-            i += 2
+        elif pair[:1] == "\\" and len(pair) == 2:
+            out.append(_ESCAPES.get(pair[1], pair[1]))
         elif text[i] == "'":
             return "".join(out), i + 1
         else:
             out.append(text[i])
             i += 1
+            continue
+        i += 2
     raise ProtocolError(f"unterminated label in column type {text!r}")

@@ -1,0 +1,81 @@
+"""load_tables() against the session mariadbd."""
+
+from __future__ import annotations
+
+import pytest
+
+from mysqlcdc.schema.introspect import SYSTEM_SCHEMAS, load_tables, parse_labels
+from mysqlcdc.schema.model import ColumnDef
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def tables(mariadb, fresh_db):
+    mariadb.sql(
+        """CREATE TABLE orders (
+             id BIGINT UNSIGNED NOT NULL,
+             region CHAR(2) CHARACTER SET latin1 NOT NULL,
+             amount DECIMAL(10,2) UNSIGNED,
+             note VARCHAR(20),
+             raw VARBINARY(8),
+             doc BLOB,
+             state ENUM('new', 'it''s done', 'a,b', 'back\\\\slash') NOT NULL DEFAULT 'new',
+             tags SET('x', 'y''z', 'line\\nbreak'),
+             PRIMARY KEY (region, id))""",
+        "CREATE TABLE no_key (a INT, b TINYINT)",
+        "CREATE VIEW v_orders AS SELECT id FROM orders",
+        "ALTER TABLE no_key ADD COLUMN first_col INT FIRST",
+        db=fresh_db,
+    )
+    conn = mariadb.connect()
+    try:
+        yield fresh_db, load_tables(conn, lambda db, table: db == fresh_db)
+    finally:
+        conn.close()
+
+
+def test_tables_columns_in_ordinal_order_without_views(tables):
+    db, found = tables
+    assert sorted(found) == [(db, "no_key"), (db, "orders")]
+    assert found[(db, "no_key")].column_names == ("first_col", "a", "b")
+    assert found[(db, "orders")].column_names == (
+        "id", "region", "amount", "note", "raw", "doc", "state", "tags")
+
+
+def test_primary_key_unsigned_nullable_and_charsets(tables):
+    db, found = tables
+    orders = {c.name: c for c in found[(db, "orders")].columns}
+    assert found[(db, "orders")].primary_key == ("id", "region")
+    assert found[(db, "no_key")].primary_key == ()
+    assert orders["id"] == ColumnDef("id", "bigint", unsigned=True, is_primary_key=True,
+                                     nullable=False, column_type="bigint(20) unsigned")
+    assert orders["amount"].unsigned and orders["amount"].column_type == "decimal(10,2) unsigned"
+    assert (orders["region"].charset, orders["note"].charset) == ("latin1", "utf8mb4")
+    assert (orders["raw"].charset, orders["doc"].charset, orders["amount"].charset) == \
+        ("binary", "binary", None)
+    assert orders["note"].nullable and not orders["state"].nullable
+
+
+def test_enum_and_set_labels_with_quotes_commas_and_backslashes(tables):
+    db, found = tables
+    orders = {c.name: c for c in found[(db, "orders")].columns}
+    assert orders["state"].enum_values == ("new", "it's done", "a,b", "back\\slash")
+    assert orders["tags"].set_values == ("x", "y'z", "line\nbreak")
+    assert orders["state"].set_values == () and orders["tags"].enum_values == ()
+
+
+def test_system_schemas_are_never_loaded_and_no_filter_loads_all(mariadb, tables):
+    db, _ = tables
+    conn = mariadb.connect()
+    try:
+        everything = load_tables(conn, None)
+    finally:
+        conn.close()
+    assert (db, "orders") in everything
+    assert not {schema for schema, _ in everything} & SYSTEM_SCHEMAS
+
+
+def test_parse_labels_edge_cases():
+    assert parse_labels("enum('')") == ("",)
+    assert parse_labels("set('''','(',')')") == ("'", "(", ")")
