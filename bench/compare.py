@@ -18,11 +18,14 @@ Tools:
   decodes it as UTF-8, which raises on the first non-UTF-8 byte; it runs with
   ``ignore_decode_errors=True`` (lossy: invalid bytes dropped), the only way
   it gets through the wide table.
-* ``mysqlcdc``, measured the product way when it exists: local binlog files
-  -> envelope Arrow record batches (``capture.offline.iter_file_batches``),
-  mode ``arrow``; otherwise ``parser`` (``binlog.file.iter_binlog_file`` +
-  ``BinlogParser.parse``, rows decoded to dicts, no envelope). The mode
-  measured is printed and stored with every number.
+* ``mysqlcdc``, in one or more modes (``--mysqlcdc-modes``), each labelled
+  in the output and stored with every number:
+  ``arrow`` — the product way for files: local binlog files -> envelope Arrow
+  record batches (``capture.offline.iter_file_batches``), the default;
+  ``stream`` — the product way for a live server, the same path as the peer:
+  replication protocol -> envelope Arrow batches (``capture.task.read_range``);
+  ``parser`` — local files -> ``BinlogParser.parse`` only (rows decoded to
+  dicts, no envelope), the default while ``capture.offline`` does not exist.
 
 ``--peer-limit N`` times every tool on the first N row changes of the
 workload only (python-mysql-replication decodes a few thousand wide rows per
@@ -114,19 +117,28 @@ def run_peer(args: argparse.Namespace) -> dict:
     return {"tool": PEER, "mode": "replication protocol -> row dicts", "tally": tally}
 
 
+MYSQLCDC_MODES = ("arrow", "stream", "parser")
+
+
 def run_mysqlcdc(args: argparse.Namespace) -> dict:
-    mode = args.mode or mysqlcdc_default_mode()
-    if mode == "arrow":
-        return {"tool": "mysqlcdc", "mode": "arrow", "tally": _mysqlcdc_arrow(args)}
-    return {"tool": "mysqlcdc", "mode": "parser", "tally": _mysqlcdc_parser(args)}
+    measure = {"arrow": _mysqlcdc_arrow, "stream": _mysqlcdc_stream, "parser": _mysqlcdc_parser}
+    return {"tool": f"mysqlcdc/{args.mode}", "mode": MODE_LABELS[args.mode], "tally": measure[args.mode](args)}
 
 
-def mysqlcdc_default_mode() -> str:
+MODE_LABELS = {
+    "arrow": "local binlog files -> envelope Arrow batches (capture.offline.iter_file_batches)",
+    "stream": "replication protocol -> envelope Arrow batches (capture.task.read_range)",
+    "parser": "local binlog files -> parser only, row dicts, no envelope (BinlogParser.parse)",
+}
+
+
+def default_mysqlcdc_modes() -> list[str]:
+    """The product path (files -> Arrow) when it exists, else the parser alone."""
     try:
         import mysqlcdc.capture.offline  # noqa: F401
-        return "arrow"
+        return ["arrow"]
     except ImportError:
-        return "parser"
+        return ["parser"]
 
 
 def _tables_and_filter(args: argparse.Namespace):
@@ -143,25 +155,50 @@ def _tables_and_filter(args: argparse.Namespace):
         conn.close()
 
 
-def _mysqlcdc_arrow(args: argparse.Namespace) -> RowTally:
+def _tally_batches(batches, tally: RowTally) -> RowTally:
     import pyarrow.compute as pc
 
-    from mysqlcdc.capture.offline import iter_file_batches
-
     op_name = {"c": "insert", "u": "update", "d": "delete"}
-    tally = RowTally(args.limit)
-    tables, include = _tables_and_filter(args)
-    paths = [str(Path(args.datadir) / f) for f in args.files]
-    for batch in iter_file_batches(paths, tables=tables, include=include):
+    limit = tally.limit
+    for batch in batches:
         ops = batch.column("op")
-        if args.limit is not None:
-            ops = ops.slice(0, max(0, args.limit - tally.rows))
+        if limit is not None:
+            ops = ops.slice(0, max(0, limit - tally.rows))
         for item in pc.value_counts(ops).to_pylist():
             tally.counts[op_name[item["values"]]] += item["counts"]
         tally.rows += batch.num_rows
         if tally.done:
             break
     return tally
+
+
+def _mysqlcdc_arrow(args: argparse.Namespace) -> RowTally:
+    from mysqlcdc.capture.offline import iter_file_batches
+
+    tables, include = _tables_and_filter(args)
+    paths = [str(Path(args.datadir) / f) for f in args.files]
+    return _tally_batches(iter_file_batches(paths, tables=tables, include=include), RowTally(args.limit))
+
+
+def _mysqlcdc_stream(args: argparse.Namespace) -> RowTally:
+    from mysqlcdc.capture.task import RangeTask, read_range
+    from mysqlcdc.protocol.connection import ConnectionSettings
+    from mysqlcdc.types import BinlogPosition
+
+    tables, include = _tables_and_filter(args)
+    task = RangeTask(
+        settings=ConnectionSettings("127.0.0.1", port=args.port, user="root"),
+        server_id=args.server_id,
+        start=BinlogPosition.of(args.files[0], 4),
+        end=BinlogPosition.of(args.end_file, 4),     # the file after the workload's last one
+        tables=include,
+        definitions=tables,
+    )
+    batches = read_range(task)
+    try:
+        return _tally_batches(batches, RowTally(args.limit))
+    finally:
+        batches.close()
 
 
 def _mysqlcdc_parser(args: argparse.Namespace) -> RowTally:
@@ -172,7 +209,7 @@ def _mysqlcdc_parser(args: argparse.Namespace) -> RowTally:
     op_name = {"c": "insert", "u": "update", "d": "delete"}
     tally = RowTally(args.limit)
     tables, include = _tables_and_filter(args)
-    parser = BinlogParser(tables=tables, include=include)
+    parser = BinlogParser(tables=lambda db, t: tables.get((db, t)), include=include)
     for name in args.files:
         for _pos, raw in iter_binlog_file(str(Path(args.datadir) / name)):
             for event in parser.parse(raw):
@@ -199,23 +236,31 @@ def worker_main(args: argparse.Namespace) -> None:
 
 # =========================================================================== orchestration
 
-def run_worker(kind: str, workload: str, info: dict, server: BenchServer, args: argparse.Namespace,
-               server_id: int) -> dict:
+def run_worker(tool: tuple[str, str | None], workload: str, info: dict, server: BenchServer,
+               args: argparse.Namespace, server_id: int) -> dict:
+    kind, mode = tool
     cmd = [sys.executable, __file__, "--worker", kind, "--cpu", str(args.cpu),
            "--port", str(server.port), "--datadir", str(server.datadir),
-           "--table", info["table"], "--server-id", str(server_id), "--files", *info["files"]]
+           "--table", info["table"], "--server-id", str(server_id),
+           "--end-file", next_binlog(info["files"][-1]), "--files", *info["files"]]
     if args.peer_limit:
         cmd += ["--limit", str(args.peer_limit)]
-    if kind == "mysqlcdc" and args.mysqlcdc_mode:
-        cmd += ["--mode", args.mysqlcdc_mode]
+    if mode:
+        cmd += ["--mode", mode]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)])}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"{kind} worker failed on {workload}:\n{proc.stderr[-4000:]}")
+        raise RuntimeError(f"{kind} {mode or ''} worker failed on {workload}:\n{proc.stderr[-4000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["rows_per_s"] = result["rows"] / result["seconds"]
     result["rows_per_cpu_s"] = result["rows"] / result["cpu_seconds"]
     return result
+
+
+def next_binlog(name: str) -> str:
+    """``mariadb-bin.000002`` -> ``mariadb-bin.000003`` (the workload's end position is its pos 4)."""
+    base, _, number = name.rpartition(".")
+    return f"{base}.{int(number) + 1:0{len(number)}d}"
 
 
 def warm_page_cache(datadir: Path, files: list[str]) -> None:
@@ -256,18 +301,22 @@ def summarize(workload: str, info: dict, runs: list[dict], limit: int | None) ->
             "median_rows_per_s": round(statistics.median(r["rows_per_s"] for r in rs)),
             "median_rows_per_cpu_s": round(statistics.median(r["rows_per_cpu_s"] for r in rs)),
         }
+    total = info["counts"]["total"]
     summary = {
         "table": info["table"], "files": info["files"], "bytes": info["bytes"],
-        "workload_row_changes": info["counts"]["total"],
-        "measured_row_changes": limit if limit and limit < info["counts"]["total"] else info["counts"]["total"],
+        "workload_row_changes": total,
+        "measured_row_changes": limit if limit and limit < total else total,
         "tools": tools,
+        "ratios_over_peer": {},
+        "cpu_ratios_over_peer": {},
         "count_problems": check_counts(workload, runs, expected_counts(info, limit)),
     }
-    if PEER in tools and "mysqlcdc" in tools:
-        summary["ratio_mysqlcdc_over_peer"] = round(
-            tools["mysqlcdc"]["median_rows_per_s"] / tools[PEER]["median_rows_per_s"], 2)
-        summary["ratio_cpu"] = round(
-            tools["mysqlcdc"]["median_rows_per_cpu_s"] / tools[PEER]["median_rows_per_cpu_s"], 2)
+    peer = tools.get(PEER)
+    for tool, t in tools.items():
+        if peer and tool != PEER:
+            summary["ratios_over_peer"][tool] = round(t["median_rows_per_s"] / peer["median_rows_per_s"], 2)
+            summary["cpu_ratios_over_peer"][tool] = round(
+                t["median_rows_per_cpu_s"] / peer["median_rows_per_cpu_s"], 2)
     return summary
 
 
@@ -278,39 +327,43 @@ def print_table(result: dict) -> None:
           f"median rows/s, same binlog, same run")
     if limit:
         print(f"NOTE: --peer-limit {limit}: every tool timed on the first {limit:,} row changes "
-              f"of each workload only (same prefix for both)")
-    head = f"{'workload':<8} {'rows':>9} {'file MB':>7} {'peer rows/s':>12} {'mysqlcdc rows/s':>16} {'ratio':>6} {'cpu ratio':>9}  mysqlcdc mode"
+              f"of each workload only (same prefix for all)")
+    head = (f"{'workload':<8} {'rows':>9} {'file MB':>7} {'tool':<16} {'rows/s':>9} "
+            f"{'x peer':>7} {'x peer (cpu)':>12}")
     print(head)
     print("-" * len(head))
     for name, s in result["workloads"].items():
-        peer = s["tools"].get(PEER, {}).get("median_rows_per_s")
-        ours = s["tools"].get("mysqlcdc", {})
-        print(f"{name:<8} {s['measured_row_changes']:>9,} {s['bytes'] / 1e6:>7.1f} "
-              f"{_num(peer):>12} {_num(ours.get('median_rows_per_s')):>16} "
-              f"{s.get('ratio_mysqlcdc_over_peer', '-'):>6} {s.get('ratio_cpu', '-'):>9}  {ours.get('mode', '-')}")
+        for tool, t in s["tools"].items():
+            print(f"{name:<8} {s['measured_row_changes']:>9,} {s['bytes'] / 1e6:>7.1f} "
+                  f"{_short(tool):<16} {t['median_rows_per_s']:>9,} "
+                  f"{s['ratios_over_peer'].get(tool, ''):>7} {s['cpu_ratios_over_peer'].get(tool, ''):>12}")
+    print()
     for name, s in result["workloads"].items():
         for tool, t in s["tools"].items():
-            print(f"  {name} {tool}: runs {t['rows_per_s']} rows/s")
+            print(f"  {name} {tool}: runs {t['rows_per_s']} rows/s — {t['mode']}")
         for problem in s["count_problems"]:
             print(f"  COUNT MISMATCH {problem}")
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+def _short(tool: str) -> str:
+    return "peer" if tool == PEER else tool
 
 
 def orchestrate(args: argparse.Namespace) -> dict:
     basedir, manifest = ensure_workload(args.rows, args.seed, reuse=True)
+    modes = args.mysqlcdc_modes or default_mysqlcdc_modes()
+    tools: list[tuple[str, str | None]] = [("peer", None)] if "peer" in args.tools else []
+    if "mysqlcdc" in args.tools:
+        tools += [("mysqlcdc", m) for m in modes]
     server = BenchServer(basedir=basedir).start()
     others = set(range(os.cpu_count() or 1)) - {args.cpu}
     if others:
         server.pin(others)
-    kinds = [k for k in ("peer", "mysqlcdc") if k in args.tools]
     result = {
         "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
                  "note": "shared, noisy machine: compare ratios from the same run only"},
-        "command": " ".join([Path(sys.executable).name, "bench/compare.py", *sys.argv[1:]]),
+        "command": " ".join(["bench/compare.py", *sys.argv[1:]]),
         "git": _git_head(), "cpu": args.cpu, "reps": args.reps, "peer_limit": args.peer_limit,
         "manifest": {k: manifest[k] for k in ("rows", "seed", "server_version", "generation_seconds")},
         "workloads": {},
@@ -322,13 +375,12 @@ def orchestrate(args: argparse.Namespace) -> dict:
             warm_page_cache(server.datadir, info["files"])
             runs = []
             for rep in range(args.reps):
-                for kind in (kinds if rep % 2 == 0 else kinds[::-1]):
-                    run = run_worker(kind, name, info, server, args, next(server_ids))
+                for tool in (tools if rep % 2 == 0 else tools[::-1]):
+                    run = run_worker(tool, name, info, server, args, next(server_ids))
                     run["rep"] = rep
                     runs.append(run)
-                    print(f"  {name} rep {rep + 1}/{args.reps} {run['tool']:<24} ({run['mode']}): "
-                          f"{run['rows']:,} rows in {run['seconds']:.1f} s = {run['rows_per_s']:,.0f} rows/s",
-                          flush=True)
+                    print(f"  {name} rep {rep + 1}/{args.reps} {run['tool']:<24}: {run['rows']:,} rows "
+                          f"in {run['seconds']:.1f} s = {run['rows_per_s']:,.0f} rows/s", flush=True)
             result["workloads"][name] = summarize(name, info, runs, args.peer_limit)
             result["workloads"][name]["runs"] = runs
     finally:
@@ -352,6 +404,14 @@ def write_result(result: dict) -> Path:
     return path
 
 
+def _modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = set(modes) - set(MYSQLCDC_MODES)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown mode(s) {sorted(unknown)}; choose from {MYSQLCDC_MODES}")
+    return modes
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=DEFAULT_ROWS, help="which generated workload (row changes per table)")
@@ -362,12 +422,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="time every tool on the first ROWS row changes of each workload only")
     ap.add_argument("--workloads", default="wide,narrow", type=lambda s: s.split(","))
     ap.add_argument("--tools", default="peer,mysqlcdc", type=lambda s: s.split(","))
-    ap.add_argument("--mysqlcdc-mode", choices=("arrow", "parser"), default=None,
-                    help="default: arrow when capture.offline exists, else parser")
+    ap.add_argument("--mysqlcdc-modes", default=None, type=_modes,
+                    help="comma-separated, any of arrow,stream,parser (default: arrow when "
+                    "capture.offline exists, else parser)")
     ap.add_argument("--cpu", type=int, default=0, help="the one core every measured tool runs on")
     # worker-only arguments
     ap.add_argument("--worker", choices=("peer", "mysqlcdc"), help=argparse.SUPPRESS)
-    ap.add_argument("--mode", choices=("arrow", "parser"), help=argparse.SUPPRESS)
+    ap.add_argument("--mode", choices=MYSQLCDC_MODES, help=argparse.SUPPRESS)
+    ap.add_argument("--end-file", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--datadir", help=argparse.SUPPRESS)
