@@ -152,6 +152,17 @@ def test_reconnects_after_the_server_kills_the_connection_without_loss_or_duplic
     assert sum(e.event_type == WRITE_ROWS_V1 for e in events) == 10
 
 
+def test_an_idle_stream_receives_heartbeats_marked_artificial(server):
+    start = position(server)
+    with ReplicationStream(settings_for(server), server_id=109, start=start,
+                           heartbeat_seconds=0.2) as stream:
+        for event in stream:
+            if event.event_type == HEARTBEAT:
+                break
+    assert event.artificial and (event.file, event.pos) == (start.file, start.pos)
+    assert stream.position == start
+
+
 def test_gives_up_with_connection_lost_when_the_server_stays_away():
     db = MariaDB().start()
     stream = ReplicationStream(settings_for(db), server_id=103, start=position(db),

@@ -159,6 +159,9 @@ class ReplicationStream:
                 failures += 1
                 self._wait_or_give_up(failures, exc)
                 continue
+            except MysqlcdcError:
+                self._drop()  # terminal: the connection is of no further use
+                raise
             failures = 0
             yield event
 
