@@ -32,20 +32,22 @@ __all__ = ["compile_rows_decoder", "RowsDecoder", "float32_value", "vector_value
 RowsDecoder = Callable[[bytes, int, int], tuple[list, int]]
 
 _F32 = struct.Struct("<f")
+_F32_UNPACK, _F32_PACK = _F32.unpack, _F32.pack
 _CACHE: OrderedDict[tuple, RowsDecoder] = OrderedDict()
 _CACHE_SIZE = 4096
 
 
 def float32_value(raw: bytes) -> float:
     """A FLOAT as the shortest decimal that round-trips through float32 (1.1, not 1.100000023841858)."""
-    x = _F32.unpack(raw)[0]
-    if x != x or x in (float("inf"), float("-inf")):
-        return x
-    for digits in (6, 7, 8, 9):
-        y = float(f"{x:.{digits}g}")
-        if _F32.pack(y) == raw:
+    x = _F32_UNPACK(raw)[0]
+    y = float("%.6g" % x)
+    if _F32_PACK(y) == raw:
+        return y
+    for fmt in ("%.7g", "%.8g"):
+        y = float(fmt % x)
+        if _F32_PACK(y) == raw:
             return y
-    return x
+    return x  # 9 significant digits always round-trip: x itself is the shortest
 
 
 def vector_value(raw: bytes) -> list[float]:
@@ -81,7 +83,9 @@ _STATIC_ENV: dict[str, Any] = {
     "U16BE": struct.Struct(">H").unpack_from, "F32V": float32_value, "VEC": vector_value,
     "B64": _b64, "JSON": decode_json, "DATEC": T._ymd_cache, "DATEF": T.format_date,
     "DAYC": T._day_cache, "DAYF": T.format_date_packed, "HMSC": T._hms_cache,
-    "HMSF": T.format_hms, "TSF": T.format_timestamp, "TIME2P": T.time2_packed,
+    "HMSF": T.format_hms, "TSF": T.format_timestamp,
+    "EPC": T._epoch_day_cache, "EPF": T.format_epoch_day, "SODC": T._sod_cache,
+    "SODF": T.format_second_of_day, "TIME2P": T.time2_packed,
     "TIMEF": T.format_time_packed, "OLDTIMEF": T.format_old_time,
     "OLDDTF": T.format_old_datetime, "HEX": bytes.hex, "JDIFF": read_json_diffs,
 }
@@ -164,7 +168,12 @@ def _temporal_code(g: _Gen, col: ColumnSpec, ind: int, v: str) -> bool:
                f"{v} = (DAYC.get(x >> 17) or DAYF(x >> 17)) + ' ' + (HMSC.get(x & 0x1FFFF) or HMSF(x & 0x1FFFF)){frac}",
                f"pos += {5 + fb}")
     elif t == C.MYSQL_TYPE_TIMESTAMP2:
-        g.emit(ind, f"{v} = TSF(U32BE(data, pos)[0], {_frac_code(fsp, 'pos + 4')}, {fsp})",
+        frac = f" + {g.const('FR', T._FRAC_FMT[fsp])}.format(({_frac_code(fsp, 'pos + 4')}) // {T.FRAC_SCALE[fsp]})" if fsp else ""
+        g.emit(ind, "x = U32BE(data, pos)[0]", "if x:",
+               "    d, x = divmod(x, 86400)",
+               f"    {v} = (EPC.get(d) or EPF(d)) + (SODC.get(x) or SODF(x)){frac} + 'Z'",
+               "else:",
+               f"    {v} = TSF(0, {_frac_code(fsp, 'pos + 4')}, {fsp})",
                f"pos += {4 + T.frac_bytes(fsp)}")
     elif t == C.MYSQL_TYPE_TIME2:
         n = 3 + T.frac_bytes(fsp)

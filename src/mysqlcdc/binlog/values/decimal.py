@@ -37,6 +37,9 @@ def make_decimal_decoder(precision: int, scale: int) -> Callable[[bytes], str]:
     trail_fmt = f"0{frac0x}d"
     frac_mask = (1 << trail_bits) - 1
 
+    if not intg0 and not frac0:
+        return _small_decoder(size, scale, trail_bits)
+
     def decode(raw: bytes) -> str:
         v = int.from_bytes(raw, "big")
         if v & sign_bit:
@@ -73,6 +76,32 @@ def make_decimal_decoder(precision: int, scale: int) -> Callable[[bytes], str]:
         return f"{sign}{whole}.{frac}" if scale else f"{sign}{whole}"
 
     decode.size = size  # type: ignore[attr-defined]
+    return decode
+
+
+def _small_decoder(size: int, scale: int, frac_bits: int) -> Callable[[bytes], str]:
+    """Fast path: at most 9 integer and 9 fraction digits (one partial group each)."""
+    sign_bit = 1 << (size * 8 - 1)
+    neg_mask = ((1 << (size * 8)) - 1) ^ sign_bit
+    frac_mask = (1 << frac_bits) - 1
+    limit = 10**scale
+    text = f"%s%d.%0{scale}d" if scale else "%s%d"
+
+    def decode(raw: bytes) -> str:
+        v = int.from_bytes(raw, "big")
+        if v & sign_bit:
+            v ^= sign_bit
+            sign = ""
+        else:
+            v ^= neg_mask
+            sign = "-"
+        if not scale:
+            return text % (sign, v)
+        frac = v & frac_mask
+        if frac >= limit:
+            raise ValueError("DECIMAL fraction out of range")
+        return text % (sign, v >> frac_bits, frac)
+
     return decode
 
 

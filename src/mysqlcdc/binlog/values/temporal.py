@@ -31,6 +31,7 @@ _ymd_cache: dict[int, str] = {}
 _hms_cache: dict[int, str] = {}
 _day_cache: dict[int, str] = {}
 _epoch_day_cache: dict[int, str] = {}
+_sod_cache: dict[int, str] = {}
 
 
 def frac_bytes(fsp: int) -> int:
@@ -91,12 +92,26 @@ def format_timestamp(secs: int, us: int, fsp: int) -> str:
     if secs == 0 and us == 0:
         return ZERO_TIMESTAMP + format_fraction(0, fsp)
     days, rem = divmod(secs, 86400)
-    day = _epoch_day_cache.get(days)
-    if day is None:
-        day = _epoch_day_cache[days] = date.fromordinal(_EPOCH_ORDINAL + days).isoformat()
-    h, rem = divmod(rem, 3600)
-    m, s = divmod(rem, 60)
-    return day + "T" + format_hms(h << 12 | m << 6 | s) + format_fraction(us, fsp) + "Z"
+    return format_epoch_day(days) + format_second_of_day(rem) + format_fraction(us, fsp) + "Z"
+
+
+def format_epoch_day(days: int) -> str:
+    """Days since 1970-01-01 -> ``YYYY-MM-DDT`` (the date part of a TIMESTAMP)."""
+    s = _epoch_day_cache.get(days)
+    if s is None:
+        if len(_epoch_day_cache) > _CACHE_LIMIT:
+            _epoch_day_cache.clear()
+        s = _epoch_day_cache[days] = date.fromordinal(_EPOCH_ORDINAL + days).isoformat() + "T"
+    return s
+
+
+def format_second_of_day(sec: int) -> str:
+    """Seconds since midnight -> ``HH:MM:SS`` (at most 86400 entries cached)."""
+    s = _sod_cache.get(sec)
+    if s is None:
+        h, rem = divmod(sec, 3600)
+        s = _sod_cache[sec] = f"{h:02d}:{rem // 60:02d}:{rem % 60:02d}"
+    return s
 
 
 def time2_packed(raw: bytes, fsp: int) -> int:
