@@ -46,8 +46,9 @@ def real_type(col_type: int, meta: int) -> tuple[int, int]:
     return b0, b1
 
 
-def is_character(t: int) -> bool:
-    return t in C.CHARACTER_TYPES
+def is_character(t: int, mariadb: bool) -> bool:
+    """Counted in the charset metadata; MariaDB counts GEOMETRY (a BLOB to it), MySQL does not."""
+    return t in C.CHARACTER_TYPES or (mariadb and t == C.MYSQL_TYPE_GEOMETRY)
 
 
 def is_numeric(t: int, mariadb: bool) -> bool:
@@ -84,7 +85,7 @@ def resolve_columns(
     reals = [real_type(t, m) for t, m in zip(column_types, metas)]
     types = [r[0] for r in reals]
     defs = _table_columns(table, n)
-    char = [is_character(t) for t in types]
+    char = [is_character(t, mariadb) for t in types]
     enumset = [t in C.ENUM_SET_TYPES for t in types]
     numeric = [is_numeric(t, mariadb) for t in types]
     char_colls = _per_class(_collations(opt, "default_charset", "column_charset", sum(char)), char)
