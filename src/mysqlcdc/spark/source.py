@@ -99,7 +99,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader):
         return [RangePartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition.task)
+        task = getattr(partition, "task", None)
+        # Spark hands an empty range a single placeholder partition of its own.
+        return iter(()) if task is None else read_range(task)
 
     def commit(self, end: dict) -> None:
         pass   # progress lives in Spark's checkpoint; nothing to release server-side
@@ -127,4 +129,6 @@ class MysqlcdcBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_range(partition.task)
+        task = getattr(partition, "task", None)
+        # Spark hands an empty range a single placeholder partition of its own.
+        return iter(()) if task is None else read_range(task)
