@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from mysqlcdc.capture.server import preflight
 from mysqlcdc.config.models import ChangelogSinkConfig, ConsoleSinkConfig, PipelineConfig
-from mysqlcdc.errors import ConfigError
+from mysqlcdc.errors import ConfigError, ServerIdInUseError
 from mysqlcdc.protocol.connection import ConnectionSettings
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
-           "checkpoint_position", "sink_checkpoint"]
+           "checkpoint_position", "sink_checkpoint", "checked_preflight"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,27 @@ def resume_position(cfg: PipelineConfig) -> BinlogPosition | None:
     return None if start in ("earliest", "latest") else BinlogPosition.parse(start)
 
 
+def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> None:
+    """Preflight, tolerating our own previous run's registration for a while.
+
+    After a crash (SIGKILL, power loss) the server keeps the dead reader's
+    registration until its dump thread next writes (a heartbeat, every 5 s),
+    so the server id looks taken for a few seconds. A live reader keeps it.
+    """
+    deadline = time.monotonic() + stale_wait_s
+    while True:
+        try:
+            preflight(connection_settings(cfg), server_id=cfg.source.server_id,
+                      start=resume_position(cfg))
+            return
+        except ServerIdInUseError:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("server_id %s still registered; waiting for a stale registration to clear",
+                     cfg.source.server_id)
+            time.sleep(1.0)
+
+
 def start_queries(spark, cfg: PipelineConfig) -> list:
     """Start one streaming query per sink; returns them in sink order."""
     from mysqlcdc.sinks.changelog import start_changelog
@@ -125,8 +147,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     """Preflight, start every sink's query and run until stopped (or idle)."""
     from mysqlcdc.spark import build_session
 
-    preflight(connection_settings(cfg), server_id=cfg.source.server_id,
-              start=resume_position(cfg))
+    checked_preflight(cfg)
     spark = spark or build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                                    dict(cfg.spark.conf))
     queries = start_queries(spark, cfg)
