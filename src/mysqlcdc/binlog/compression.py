@@ -60,13 +60,26 @@ def read_payload(buf: bytes, pos: int, end: int) -> bytes:
     if limit > MAX_UNCOMPRESSED:
         raise ShortRead("payload uncompressed size out of range")
     try:
-        with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as rd:
-            out = rd.read(limit + 1)
+        out = _zstd_bounded(data, limit)
     except zstandard.ZstdError as e:
         raise ShortRead(f"zstd: {e}") from None
     if usize is not None and len(out) != usize:
         raise ShortRead(f"payload inflates to {len(out)} bytes, header says {usize}")
     return out
+
+
+def _zstd_bounded(data: bytes, limit: int) -> bytes:
+    """Inflate in chunks so a lying size field cannot make us allocate gigabytes up front."""
+    chunks, total = [], 0
+    with zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True) as rd:
+        while True:
+            chunk = rd.read(1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > limit:
+                raise ShortRead("payload inflates beyond its declared size")
+            chunks.append(chunk)
 
 
 def iter_inner_events(data: bytes):

@@ -92,6 +92,12 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
         stop = len(body)
     else:
         body, pos, stop = data, r.pos, end
+    if not present and not present_after:
+        # images of no columns take no bytes: any row data left is garbage (and would loop)
+        if pos != stop:
+            raise MalformedEventError("rows event with data but no columns in its images")
+        return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, [], stmt_end,
+                           tuple(c.name for c in cols))
     if code == C.PARTIAL_UPDATE_ROWS_EVENT:
         rows = _partial_rows(cols, present, present_after or (), body, pos, stop)
     else:

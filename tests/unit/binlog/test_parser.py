@@ -1,0 +1,77 @@
+"""Parser behaviour on synthetic events: checksums, unknown types, encryption, framing."""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+from mysqlcdc.binlog import events as E
+from mysqlcdc.binlog.file import iter_binlog_bytes
+from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.errors import (ChecksumMismatchError, EncryptedBinlogError, TruncatedEventError,
+                             UnsupportedEventError)
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+from decode_micro import NARROW, event, fde, narrow_row, rows_event, table_map  # noqa: E402
+
+pytestmark = pytest.mark.unit
+
+
+def _ready() -> BinlogParser:
+    p = BinlogParser(file="t.000001")
+    p.parse(fde())
+    p.parse(table_map(7, "narrow", NARROW))
+    return p
+
+
+def test_rows_roundtrip_and_filter():
+    ev = _ready().parse(rows_event(7, 4, [narrow_row(1), narrow_row(2)]))[0]
+    assert isinstance(ev, E.RowsEvent) and ev.kind == "c" and ev.stmt_end
+    assert ev.rows[1] == (None, {"a": 2, "b": 4, "c": 6, "d": "value-02"})
+    p = BinlogParser(include=lambda db, t: False)
+    p.parse(fde())
+    p.parse(table_map(7, "narrow", NARROW))
+    assert p.parse(rows_event(7, 4, [narrow_row(1)]))[0].rows is None
+
+
+def test_checksum_mismatch_and_fde_in_use_flag():
+    raw = bytearray(fde())
+    raw[17] |= 1                      # LOG_EVENT_BINLOG_IN_USE_F: CRC computed without it
+    BinlogParser().parse(bytes(raw))
+    p = _ready()
+    bad = bytearray(rows_event(7, 4, [narrow_row(1)]))
+    bad[-6] ^= 0xFF
+    with pytest.raises(ChecksumMismatchError) as info:
+        p.parse(bytes(bad), 1234)
+    assert (info.value.file, info.value.pos, info.value.event_type) == ("t.000001", 1234, 30)
+    BinlogParser(verify_checksum=False).parse(fde())
+
+
+def test_unknown_events():
+    p = _ready()
+    ignorable = bytearray(event(99, b"x"))
+    ignorable[17] |= 0x80
+    ignorable[-4:] = zlib.crc32(bytes(ignorable[:-4])).to_bytes(4, "little")
+    assert isinstance(p.parse(bytes(ignorable))[0], E.UnknownEvent)
+    assert isinstance(p.parse(event(100, b"pad"))[0], E.UnknownEvent)
+    with pytest.raises(UnsupportedEventError):
+        p.parse(event(99, b"x"))
+    with pytest.raises(EncryptedBinlogError):
+        p.parse(event(164, b"\x01" * 20))
+
+
+def test_file_framing_errors():
+    with pytest.raises(EncryptedBinlogError):
+        list(iter_binlog_bytes(b"\xfdbin" + b"\x00" * 30))
+    with pytest.raises(TruncatedEventError):
+        list(iter_binlog_bytes(b"\xfebin" + fde()[:-1]))
+    assert len(list(iter_binlog_bytes(b"\xfebin" + fde()))) == 1
+
+
+def test_rotate_updates_file_name():
+    p = _ready()
+    ev = p.parse(event(4, struct.pack("<Q", 4) + b"binlog.000002"))[0]
+    assert ev == E.RotateEvent(ev.header, "binlog.000002", 4) and p.file == "binlog.000002"
