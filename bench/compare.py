@@ -230,6 +230,9 @@ def worker_main(args: argparse.Namespace) -> None:
     result = run(args)
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     tally = result.pop("tally")
+    if args.worker == "mysqlcdc":
+        import mysqlcdc
+        result["imported_from"] = str(Path(mysqlcdc.__file__).parent)
     print(json.dumps({**result, "rows": tally.rows, "counts": tally.counts,
                       "seconds": wall, "cpu_seconds": cpu, "limit": args.limit}))
 
@@ -247,7 +250,7 @@ def run_worker(tool: tuple[str, str | None], workload: str, info: dict, server: 
         cmd += ["--limit", str(args.peer_limit)]
     if mode:
         cmd += ["--mode", mode]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(args.src_dir), str(REPO_ROOT)])}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{kind} {mode or ''} worker failed on {workload}:\n{proc.stderr[-4000:]}")
@@ -255,6 +258,30 @@ def run_worker(tool: tuple[str, str | None], workload: str, info: dict, server: 
     result["rows_per_s"] = result["rows"] / result["seconds"]
     result["rows_per_cpu_s"] = result["rows"] / result["cpu_seconds"]
     return result
+
+
+def mysqlcdc_source(args: argparse.Namespace) -> dict:
+    """Where the workers import mysqlcdc from; sets ``args.src_dir``.
+
+    Other engineers edit the working tree while benchmarks run. With
+    ``--src-commit REV`` the workers import ``src/`` exported from that commit
+    (``git archive``, into ``bench/out/src-<sha>/``), so a published number
+    belongs to one commit; without it they import the working tree, and the
+    files modified there are recorded.
+    """
+    if not args.src_commit:
+        args.src_dir = REPO_ROOT / "src"
+        dirty = _git("status", "--porcelain", "--", "src").splitlines()
+        return {"source": "working tree", "commit": _git("rev-parse", "HEAD"), "uncommitted_src_changes": dirty}
+    sha = _git("rev-parse", "--verify", f"{args.src_commit}^{{commit}}")
+    dest = OUT_DIR / f"src-{sha[:12]}"
+    if not (dest / "src" / "mysqlcdc").is_dir():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", sha, "src"],
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    args.src_dir = dest / "src"
+    return {"source": "git archive", "commit": sha, "path": str(args.src_dir.relative_to(REPO_ROOT))}
 
 
 def next_binlog(name: str) -> str:
@@ -325,6 +352,12 @@ def print_table(result: dict) -> None:
     print()
     print(f"mysqlcdc vs {PEER} — one core each (cpu {result['cpu']}), {result['reps']} repetitions, "
           f"median rows/s, same binlog, same run")
+    src = result["mysqlcdc_source"]
+    if src["source"] == "git archive":
+        print(f"mysqlcdc as of commit {src['commit'][:12]} ({src['path']})")
+    else:
+        print(f"mysqlcdc from the working tree at {src['commit'][:12]}, "
+              f"{len(src['uncommitted_src_changes'])} uncommitted change(s) under src/")
     if limit:
         print(f"NOTE: --peer-limit {limit}: every tool timed on the first {limit:,} row changes "
               f"of each workload only (same prefix for all)")
@@ -364,7 +397,7 @@ def orchestrate(args: argparse.Namespace) -> dict:
         "host": {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
                  "note": "shared, noisy machine: compare ratios from the same run only"},
         "command": " ".join(["bench/compare.py", *sys.argv[1:]]),
-        "git": _git_head(), "cpu": args.cpu, "reps": args.reps, "peer_limit": args.peer_limit,
+        "mysqlcdc_source": mysqlcdc_source(args), "cpu": args.cpu, "reps": args.reps, "peer_limit": args.peer_limit,
         "manifest": {k: manifest[k] for k in ("rows", "seed", "server_version", "generation_seconds")},
         "workloads": {},
     }
@@ -388,9 +421,8 @@ def orchestrate(args: argparse.Namespace) -> dict:
     return result
 
 
-def _git_head() -> str:
-    out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True)
+def _git(*argv: str) -> str:
+    out = subprocess.run(["git", "-C", str(REPO_ROOT), *argv], capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
@@ -426,6 +458,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="comma-separated, any of arrow,stream,parser (default: arrow when "
                     "capture.offline exists, else parser)")
     ap.add_argument("--cpu", type=int, default=0, help="the one core every measured tool runs on")
+    ap.add_argument("--src-commit", metavar="REV", default=None,
+                    help="measure mysqlcdc as of this commit (git archive of src/), not the working tree")
     # worker-only arguments
     ap.add_argument("--worker", choices=("peer", "mysqlcdc"), help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=MYSQLCDC_MODES, help=argparse.SUPPRESS)

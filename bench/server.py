@@ -21,10 +21,11 @@ REPO_ROOT = BENCH_DIR.parent
 DATA_ROOT = BENCH_DIR / "data"
 OUT_DIR = BENCH_DIR / "out"
 
-if str(REPO_ROOT) not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT))
-if str(REPO_ROOT / "src") not in sys.path:
-    sys.path.insert(0, str(REPO_ROOT / "src"))
+# Appended, not prepended: a PYTHONPATH that points at another copy of the
+# sources (compare.py --src-commit) must win over the working tree.
+for _path in (str(REPO_ROOT), str(REPO_ROOT / "src")):
+    if _path not in sys.path:
+        sys.path.append(_path)
 
 from tests.support.mariadb import MariaDB, free_port  # noqa: E402
 
