@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 ARGS=("$@")
 if [ ${#ARGS[@]} -eq 0 ]; then
-    ARGS=(--peer-limit 200000 --reps 3)
+    ARGS=(--peer-limit 200000 --reps 3 --mysqlcdc-modes arrow,stream,parser --src-commit HEAD)
 fi
 GEN_ARGS=()
 for i in "${!ARGS[@]}"; do
