@@ -54,3 +54,13 @@ def source_options(mariadb):
         opts.update({k: str(v) for k, v in extra.items()})
         return opts
     return make
+
+
+@pytest.fixture(scope="session")
+def kafka():
+    """A Kafka-protocol broker: the cluster at KAFKA_BOOTSTRAP if set, else a private Tansu."""
+    from tests.support.kafka import Broker
+
+    broker = Broker(os.environ.get("KAFKA_BOOTSTRAP") or None).start()
+    yield broker
+    broker.kill()

@@ -68,6 +68,7 @@ __all__ = [
     "SparkConfig",
     "ChangelogSinkConfig",
     "ConsoleSinkConfig",
+    "KafkaSinkConfig",
     "AnySinkConfig",
     "SINK_TYPES",
     "MAX_SERVER_ID",
@@ -360,7 +361,123 @@ class ConsoleSinkConfig(_Model):
     truncate: bool = Field(True, description="Cut long values to 20 characters.")
 
 
-_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig]
+class KafkaSinkConfig(_Model):
+    """``kafka``: publishes every change to Kafka, one topic per table, keyed by primary key.
+
+    Changes of one key go to one partition in ``seq`` order; a batch counts as done only
+    when every message is acknowledged (idempotent producer, ``acks=all``), and then one
+    record with the batch's end position is appended to the commit-log topic, which
+    ``mysqlcdc run --resume-from-sink`` resumes from when the checkpoint is lost. A
+    replayed batch may publish changes twice; consumers drop repeats by ``seq``.
+    Secrets for SASL/SSL go in ``producer_config_env`` (read from the environment at
+    load, never printed)."""
+
+    type: Literal["kafka"] = Field(
+        "kafka", exclude=True, repr=False, description="Set from the mapping key; not written."
+    )
+    bootstrap_servers: str = Field(
+        min_length=1, description="Kafka brokers, `host:port[,host:port...]`."
+    )
+    topic: str = Field(
+        "{prefix}.{db}.{table}",
+        min_length=1,
+        description="Topic of each change: a template over `{prefix}`, `{db}` and `{table}`, "
+        "or a fixed name. Characters Kafka does not allow in names become `_`.",
+    )
+    topic_prefix: str | None = Field(
+        None, description="`{prefix}` in topic names. Null: the pipeline's `name`."
+    )
+    topic_column: str | None = Field(
+        None,
+        description="Take each change's topic from this column of the stream instead of "
+        "`topic` (for a transform that adds one).",
+    )
+    format: Literal["mysqlcdc", "debezium"] = Field(
+        "mysqlcdc",
+        description="Message value: `mysqlcdc` (the envelope as JSON) or `debezium` (Debezium's "
+        "JSON envelope: before, after, source, op, ts_ms).",
+    )
+    tombstones: bool = Field(
+        False, description="After each delete, also send the key with a null value "
+        "(for compacted topics)."
+    )
+    partitions: int = Field(6, ge=1, description="Partitions of topics the sink creates.")
+    replication_factor: int = Field(
+        1, ge=1, description="Replication factor of topics the sink creates (3 in production)."
+    )
+    topic_config: dict[str, SparkConfValue] = Field(
+        default_factory=dict,
+        description="Config of topics the sink creates, such as `cleanup.policy: compact`.",
+    )
+    transaction_topic: str | None = Field(
+        None,
+        description="Also publish BEGIN/END records with event counts per table for every "
+        "transaction to this topic (template like `topic`). Null: none.",
+    )
+    commit_topic: str = Field(
+        "{prefix}.mysqlcdc-commits",
+        min_length=1,
+        description="Commit-log topic (one partition): one record per fully delivered batch "
+        "with its end position.",
+    )
+    resume_from_sink: bool = Field(
+        False,
+        description="Without a checkpoint, start from the commit log's last position instead "
+        "of `source.start` (as `mysqlcdc run --resume-from-sink`).",
+    )
+    delivery_timeout_s: float = Field(
+        60.0, gt=0, description="Seconds one delivery attempt of a batch may take."
+    )
+    delivery_attempts: int = Field(
+        10,
+        ge=1,
+        description="Attempts per batch, each with a new producer, before the batch fails "
+        "(a broker outage longer than attempts x timeout stops the pipeline; running it "
+        "again replays the batch).",
+    )
+    write_tasks: int | None = Field(
+        None,
+        ge=1,
+        description="Spark tasks that produce each batch (rows are spread by key). Null: "
+        "`spark.sql.shuffle.partitions`.",
+    )
+    producer_config: dict[str, SparkConfValue] = Field(
+        default_factory=dict,
+        description="librdkafka producer settings passed through, such as "
+        "`security.protocol: SASL_SSL`, `sasl.mechanism: SCRAM-SHA-512`, `compression.type: zstd`. "
+        "Idempotence and `acks=all` are always on.",
+    )
+    producer_config_env: dict[str, EnvVarName] = Field(
+        default_factory=dict,
+        description="librdkafka settings whose values are secrets, setting to environment "
+        "variable name, such as `sasl.password: KAFKA_PASSWORD`. Read at load, never logged.",
+    )
+
+    _secrets: dict[str, Secret] = PrivateAttr(default_factory=dict)
+
+    @field_validator("producer_config_env")
+    @classmethod
+    def _env_vars_set(cls, names: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        missing = sorted(n for n in names.values() if n not in context_env(info))
+        if missing:
+            raise PydanticCustomError(
+                "env_var_missing", "environment variable(s) {names} not set",
+                {"names": ", ".join(missing)},
+            )
+        return names
+
+    @model_validator(mode="after")
+    def _read_secrets(self, info: ValidationInfo) -> Self:
+        env = context_env(info)
+        self._secrets = {k: Secret(env[v]) for k, v in self.producer_config_env.items()}
+        return self
+
+    def secret_producer_config(self) -> dict[str, Secret]:
+        """The secret librdkafka settings read from ``producer_config_env``."""
+        return dict(self._secrets)
+
+
+_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig]
 
 SINK_TYPES: dict[str, type[_Model]] = {
     cls.model_fields["type"].default: cls for cls in get_args(_SinkUnion)

@@ -69,7 +69,7 @@ Rules that hold everywhere:
 - **The password is never written in the file.** `source.password_env` names an
   environment variable; it is read once when the file loads and never printed, logged or
   dumped (it shows as `***`).
-- **Sinks** are a list of one-key mappings: the key (`changelog`, `console`) picks the sink
+- **Sinks** are a list of one-key mappings: the key (`changelog`, `console`, `kafka`) picks the sink
   type, the value holds its options (`- console:` alone takes every default).
 """
 

@@ -1,0 +1,107 @@
+"""A producer whose every delivery report is checked, and the retry loop around it.
+
+``produce()`` never fails while brokers are down: messages queue and their delivery
+reports fail later (``_MSG_TIMED_OUT``) or never come. So a batch is done only when
+``flush`` returns with nothing queued and every report succeeded. Any failure, and
+any fatal producer error (a restarted broker answers an idempotent producer with
+``UNKNOWN_PRODUCER_ID``), discards the producer: the next attempt sends the whole
+batch again with a new one. Repeats are possible, losses are not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from mysqlcdc.errors import TransientError
+from mysqlcdc.sinks.kafka.settings import KafkaSettings
+
+__all__ = ["KafkaDeliveryError", "CheckedProducer", "with_retries", "drop_producer"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class KafkaDeliveryError(TransientError):
+    code = "KAFKA_DELIVERY_FAILED"
+    hint = ("Check that the Kafka brokers are reachable and accept writes; the batch is "
+            "replayed when the pipeline runs again, nothing is lost.")
+
+
+class CheckedProducer:
+    """An idempotent ``acks=all`` producer that counts failed and missing delivery reports."""
+
+    def __init__(self, config: dict[str, str]) -> None:
+        self.failure: KafkaError | None = None
+        self._producer = Producer({**config, "error_cb": self._on_error})
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self.failure = self.failure or err
+        log.warning("kafka: %s", err.str())
+
+    def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None and self.failure is None:
+            self.failure = err
+
+    def send(self, topic: str, key: bytes | None, value: bytes | None,
+             headers: list[tuple[str, bytes]] | None = None) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, headers=headers,
+                                       on_delivery=self._on_delivery)
+                return
+            except BufferError:          # local queue full: let deliveries drain
+                self._producer.poll(0.05)
+            self._check()
+
+    def finish(self, timeout_s: float) -> None:
+        """Wait for every delivery report; raise unless all succeeded."""
+        left = self._producer.flush(timeout_s)
+        self._check()
+        if left:
+            raise KafkaDeliveryError(f"{left} messages not acknowledged within {timeout_s:.0f} s")
+
+    def _check(self) -> None:
+        if self.failure is not None:
+            raise KafkaDeliveryError(f"delivery failed: {self.failure.str()}")
+
+    def close(self) -> None:
+        self._producer.purge()
+        self._producer.flush(0)
+
+
+_CACHE: dict[tuple, CheckedProducer] = {}
+
+
+def producer_for(settings: KafkaSettings) -> CheckedProducer:
+    """One producer per Python worker and config, reused by its tasks while healthy."""
+    key = tuple(sorted(settings.producer_config().items()))
+    if key not in _CACHE:
+        _CACHE[key] = CheckedProducer(settings.producer_config())
+    return _CACHE[key]
+
+
+def drop_producer(settings: KafkaSettings) -> None:
+    key = tuple(sorted(settings.producer_config().items()))
+    producer = _CACHE.pop(key, None)
+    if producer is not None:
+        producer.close()
+
+
+def with_retries(settings: KafkaSettings, what: str, attempt: Callable[[], T],
+                 reset: Callable[[], None]) -> T:
+    """Run ``attempt`` up to ``settings.delivery_attempts`` times, resetting after a failure."""
+    for n in range(1, settings.delivery_attempts + 1):
+        try:
+            return attempt()
+        except (KafkaDeliveryError, KafkaException) as err:
+            reset()
+            if n == settings.delivery_attempts:
+                raise KafkaDeliveryError(f"{what}: gave up after {n} attempts: {err}") from None
+            log.warning("%s: attempt %d failed (%s); retrying with a new producer", what, n, err)
+            time.sleep(min(0.5 * 2 ** n, 10.0))
+    raise AssertionError("unreachable")

@@ -1,0 +1,162 @@
+"""Spark option strings <-> a typed, picklable description of what the Kafka sink does.
+
+The writer receives only Spark options (strings, keys lower-cased by Spark). Options::
+
+    kafka.<setting>          librdkafka producer settings, e.g. kafka.bootstrap.servers,
+                             kafka.security.protocol, kafka.sasl.password (Spark redacts
+                             option keys containing password/secret/token in plans)
+    topic                    template over {prefix} {db} {table}, or a fixed name
+    topicPrefix              {prefix} (default: the pipeline name)
+    topicColumn              take the topic from this column instead
+    format                   mysqlcdc (default) | debezium
+    tombstones               true | false: a null-value record after each delete
+    partitions, replicationFactor, topicConfig.<key>   for topics the sink creates
+    transactionTopic         BEGIN/END records per transaction (template), default none
+    commitTopic              commit-log topic (template), default {prefix}.mysqlcdc-commits
+    pipeline                 name written into commit-log records (default: mysqlcdc)
+    deliveryTimeout          seconds one delivery attempt may take (default 60)
+    deliveryAttempts         attempts per batch, each with a new producer (default 10)
+    checkpointLocation       set by writeStream; the batch end offsets are read from it
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from mysqlcdc.errors import ConfigError
+
+__all__ = ["KafkaSettings", "FORMATS", "from_sink_config"]
+
+FORMATS = ("mysqlcdc", "debezium")
+
+# What no option may override: the guarantees the sink is built on.
+_FORCED = {"enable.idempotence": "true", "acks": "all"}
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Everything a write task and the commit step need; pickles to the executors."""
+
+    producer: Mapping[str, str]
+    topic: str = "{prefix}.{db}.{table}"
+    prefix: str = "mysqlcdc"
+    topic_column: str | None = None
+    format: str = "mysqlcdc"
+    tombstones: bool = False
+    partitions: int = 6
+    replication_factor: int = 1
+    topic_config: Mapping[str, str] = field(default_factory=dict)
+    transaction_topic: str | None = None
+    commit_topic: str = "{prefix}.mysqlcdc-commits"
+    pipeline: str = "mysqlcdc"
+    delivery_timeout_s: float = 60.0
+    delivery_attempts: int = 10
+    checkpoint: str | None = None
+
+    def __repr__(self) -> str:   # the producer settings may hold secrets
+        return f"KafkaSettings(topic={self.topic!r}, prefix={self.prefix!r}, format={self.format!r})"
+
+    @property
+    def bootstrap(self) -> str:
+        return self.producer.get("bootstrap.servers", "")
+
+    def producer_config(self) -> dict[str, str]:
+        """librdkafka settings of the data producer (idempotent, acks=all, bounded wait)."""
+        timeout_ms = str(int(self.delivery_timeout_s * 1000))
+        return {"message.timeout.ms": timeout_ms, "linger.ms": "20",
+                **self.producer, **_FORCED}
+
+    def admin_config(self) -> dict[str, str]:
+        """The connection settings alone (no producer-only keys) for admin/consumer clients."""
+        skip = ("linger.ms", "batch.", "compression.", "message.", "queue.", "acks",
+                "enable.idempotence", "retries", "retry.", "delivery.", "max.in.flight",
+                "request.timeout.ms", "sticky.", "partitioner")
+        return {k: v for k, v in self.producer.items() if not k.startswith(skip)}
+
+    def resolve(self, template: str, db: str = "", table: str = "") -> str:
+        """A topic name from a template; characters Kafka rejects become ``_``."""
+        try:
+            name = template.format(prefix=self.prefix, db=db, table=table)
+        except (KeyError, IndexError, ValueError) as err:
+            raise ConfigError(f"topic template {template!r} is invalid: {err}") from None
+        return _legal_topic(name)
+
+    def to_options(self) -> dict[str, str]:
+        """The Spark options that rebuild these settings (see :meth:`parse`)."""
+        opts = {f"kafka.{k}": v for k, v in self.producer.items()}
+        opts.update({f"topicConfig.{k}": v for k, v in self.topic_config.items()})
+        opts.update({
+            "topic": self.topic, "topicPrefix": self.prefix, "format": self.format,
+            "tombstones": str(self.tombstones).lower(), "partitions": str(self.partitions),
+            "replicationFactor": str(self.replication_factor), "commitTopic": self.commit_topic,
+            "pipeline": self.pipeline, "deliveryTimeout": str(self.delivery_timeout_s),
+            "deliveryAttempts": str(self.delivery_attempts),
+        })
+        for key, value in (("topicColumn", self.topic_column),
+                           ("transactionTopic", self.transaction_topic)):
+            if value:
+                opts[key] = value
+        return opts
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "KafkaSettings":
+        """Settings from Spark options (keys case-insensitive)."""
+        low = {k.lower(): str(v) for k, v in options.items()}
+        producer = {k[6:]: v for k, v in low.items() if k.startswith("kafka.")}
+        if not producer.get("bootstrap.servers"):
+            raise ConfigError("option kafka.bootstrap.servers is required")
+        fmt = low.get("format", "mysqlcdc")
+        if fmt not in FORMATS:
+            raise ConfigError(f"option format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        return cls(
+            producer=producer, format=fmt,
+            topic=low.get("topic", cls.topic), prefix=low.get("topicprefix", cls.prefix),
+            topic_column=low.get("topiccolumn") or None,
+            tombstones=_bool(low, "tombstones"),
+            partitions=_int(low, "partitions", cls.partitions),
+            replication_factor=_int(low, "replicationfactor", cls.replication_factor),
+            topic_config={k[12:]: v for k, v in low.items() if k.startswith("topicconfig.")},
+            transaction_topic=low.get("transactiontopic") or None,
+            commit_topic=low.get("committopic", cls.commit_topic),
+            pipeline=low.get("pipeline", cls.pipeline),
+            delivery_timeout_s=float(low.get("deliverytimeout", cls.delivery_timeout_s)),
+            delivery_attempts=_int(low, "deliveryattempts", cls.delivery_attempts),
+            checkpoint=low.get("checkpointlocation"),
+        )
+
+
+def from_sink_config(sink, pipeline: str) -> KafkaSettings:
+    """Settings from a validated ``KafkaSinkConfig`` of the pipeline named ``pipeline``."""
+    producer = {**sink.producer_config, "bootstrap.servers": sink.bootstrap_servers}
+    producer.update({k: s.reveal() for k, s in sink.secret_producer_config().items()})
+    return KafkaSettings(
+        producer=producer, topic=sink.topic, prefix=sink.topic_prefix or pipeline,
+        topic_column=sink.topic_column, format=sink.format, tombstones=sink.tombstones,
+        partitions=sink.partitions, replication_factor=sink.replication_factor,
+        topic_config=dict(sink.topic_config), transaction_topic=sink.transaction_topic,
+        commit_topic=sink.commit_topic, pipeline=pipeline,
+        delivery_timeout_s=sink.delivery_timeout_s, delivery_attempts=sink.delivery_attempts,
+    )
+
+
+def _legal_topic(name: str) -> str:
+    return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)[:249]
+
+
+def _bool(low: Mapping[str, str], key: str) -> bool:
+    value = low.get(key, "false").strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"option {key} must be true or false, got {value!r}")
+    return value == "true"
+
+
+def _int(low: Mapping[str, str], key: str, default: int) -> int:
+    raw = low.get(key)
+    try:
+        value = default if raw is None else int(raw)
+    except ValueError:
+        raise ConfigError(f"option {key} must be an integer, got {raw!r}") from None
+    if value < 1:
+        raise ConfigError(f"option {key} must be at least 1, got {value}")
+    return value

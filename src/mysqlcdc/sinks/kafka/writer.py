@@ -1,0 +1,82 @@
+"""``df.writeStream.format("mysqlcdc-kafka")``: the PySpark stream writer of the Kafka sink.
+
+A thin adapter over :mod:`mysqlcdc.sinks.kafka.publish` (the rest of the package
+does not import pyspark). ``write`` runs in each task: it sorts the task's rows by
+``seq``, publishes them and returns a commit message only when every delivery was
+acknowledged. ``commit`` runs once per batch in a driver-side worker after all
+tasks succeeded and appends the batch's end position to the commit log (see
+:mod:`mysqlcdc.sinks.kafka.commitlog`). A failed task fails the batch; Spark
+replays it with the same id when the query runs again.
+
+>>> from mysqlcdc.sinks.kafka import start_kafka, KafkaSettings     # doctest: +SKIP
+>>> settings = KafkaSettings(producer={"bootstrap.servers": "localhost:9092"})
+>>> query = start_kafka(changes, settings, checkpoint="/tmp/ck")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from mysqlcdc.envelope.model import ENVELOPE_DDL
+from mysqlcdc.errors import ConfigError
+from mysqlcdc.sinks.kafka.commitlog import CommitRecord, batch_end_offset
+from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
+from mysqlcdc.sinks.kafka.publish import publish_commit, publish_rows, sorted_rows
+from mysqlcdc.sinks.kafka.settings import KafkaSettings
+
+__all__ = ["KafkaDataSource", "KafkaStreamWriter", "KafkaCommitMessage"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class KafkaCommitMessage(WriterCommitMessage):
+    """What one write task delivered: its row count and, if asked, its transactions."""
+
+    rows: int
+    txns: dict[str, TxnTally] = field(default_factory=dict)
+
+
+class KafkaDataSource(DataSource):
+    """Write-only data source ``mysqlcdc-kafka``; options in :mod:`.settings`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "mysqlcdc-kafka"
+
+    def schema(self) -> str:
+        return ENVELOPE_DDL
+
+    def streamWriter(self, schema, overwrite: bool) -> "KafkaStreamWriter":
+        settings = KafkaSettings.parse(self.options)
+        if not settings.checkpoint:
+            raise ConfigError("the kafka sink needs the checkpointLocation option")
+        return KafkaStreamWriter(settings)
+
+
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
+        rows = sorted_rows(list(iterator))
+        txns = publish_rows(self.settings, rows)
+        return KafkaCommitMessage(len(rows), txns)
+
+    def commit(self, messages: list[KafkaCommitMessage | None], batchId: int) -> None:
+        done = [m for m in messages if m is not None]
+        end = batch_end_offset(self.settings.checkpoint, batchId)
+        record = CommitRecord(self.settings.pipeline, batchId, end,
+                              sum(m.rows for m in done), int(time.time() * 1000))
+        publish_commit(self.settings, record, merge_tallies([m.txns for m in done]))
+
+    def abort(self, messages: list[KafkaCommitMessage | None], batchId: int) -> None:
+        failed = sum(m is None for m in messages)
+        log.warning("kafka sink: batch %d aborted (%d of %d tasks failed); it will be replayed",
+                    batchId, failed, len(messages))
