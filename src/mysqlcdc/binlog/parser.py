@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import (ChecksumMismatchError, DecodeError, EncryptedBinlogError,
@@ -61,6 +61,8 @@ class TableState:
     event: E.TableMapEvent
     columns: tuple[ColumnSpec, ...]
     included: bool
+    # (event type, image bitmaps) -> (decoder, column names): the hot path's cache
+    decoders: dict = field(default_factory=dict, compare=False)
 
 
 class BinlogParser:
@@ -82,6 +84,7 @@ class BinlogParser:
         self.mariadb = False
         self.table_maps: dict[int, TableState] = {}
         self._spec_cache: dict[tuple, tuple[ColumnSpec, ...]] = {}
+        self._tm_cache: dict[bytes, tuple] = {}
         self._handlers = self._dispatch_table()
 
     # --- entry point ------------------------------------------------------
@@ -316,6 +319,28 @@ class BinlogParser:
 
     # --- table map and rows --------------------------------------------------
     def _table_map(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.TableMapEvent:
+        # The same table map precedes every transaction on a table: decode it once.
+        body = data[p:end]
+        hit = self._tm_cache.get(body)
+        if hit is not None:
+            ev, state, tdef = hit
+            if tdef is None or self.tables(ev.schema, ev.table) is tdef:
+                self.table_maps[ev.table_id] = state
+                return E.TableMapEvent(header, ev.table_id, ev.schema, ev.table, ev.column_types,
+                                       ev.column_metas, ev.nullable, ev.column_names,
+                                       ev.primary_key, ev.optional_metadata)
+        event = self._decode_table_map(header, data, p, end)
+        state = self.table_maps[event.table_id]
+        tdef = None
+        if state.included and self.tables is not None and event.column_names is None:
+            tdef = self.tables(event.schema, event.table)
+        if len(self._tm_cache) > 10_000:
+            self._tm_cache.clear()
+        self._tm_cache[body] = (event, state, tdef)
+        return event
+
+    def _decode_table_map(self, header: E.EventHeader, data: bytes, p: int,
+                          end: int) -> E.TableMapEvent:
         r = Reader(data, p, end)
         table_id = r.u32() if self.post_header_len(C.TABLE_MAP_EVENT, 8) == 6 else r.uint(6)
         r.u16()  # flags

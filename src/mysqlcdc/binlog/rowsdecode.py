@@ -85,8 +85,16 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
     if width > len(cols):
         raise MalformedEventError(f"rows event has {width} columns, its TABLE_MAP {len(cols)}")
     nbm = (width + 7) // 8
-    present = _bitmap_indexes(r.take(nbm), width)
-    present_after = _bitmap_indexes(r.take(nbm), width) if kind == "u" else None
+    bitmaps = r.take(nbm * 2 if kind == "u" else nbm)
+    cached = state.decoders.get((code, width, bitmaps))
+    if cached is not None and code != C.PARTIAL_UPDATE_ROWS_EVENT and code not in _COMPRESSED:
+        decoder, names = cached
+        rows, pos = decoder(data, r.pos, end)
+        if pos != end:
+            raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
+        return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, rows, stmt_end, names)
+    present = _bitmap_indexes(bitmaps[:nbm], width)
+    present_after = _bitmap_indexes(bitmaps[nbm:], width) if kind == "u" else None
     if code in _COMPRESSED:
         body, pos, stop = mariadb_uncompress(data, r.pos, end), 0, None
         stop = len(body)
@@ -105,6 +113,8 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
         rows, pos = decoder(body, pos, stop)
         if pos != stop:
             raise MalformedEventError(f"row images end at {pos}, the event data at {stop}")
+        if len(state.decoders) < 64:
+            state.decoders[(code, width, bitmaps)] = (decoder, tuple(c.name for c in cols))
     names = tuple(c.name for c in cols)
     return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, rows, stmt_end, names)
 
