@@ -25,8 +25,8 @@ def _position(mariadb) -> BinlogPosition:
 
 
 def _settings(kafka, prefix: str, **extra) -> KafkaSettings:
-    return KafkaSettings(producer={"bootstrap.servers": kafka.bootstrap}, prefix=prefix,
-                         pipeline=prefix, delivery_timeout_s=20, **extra)
+    options = {"pipeline": prefix, "delivery_timeout_s": 20, **extra}
+    return KafkaSettings(producer={"bootstrap.servers": kafka.bootstrap}, prefix=prefix, **options)
 
 
 def _run(spark, source_options, tmp_path, settings, *, write_tasks=3, **source) -> None:
@@ -92,3 +92,177 @@ def test_per_key_order_over_many_keys_and_partitions(spark, mariadb, kafka, fres
 
     last = read_last_commit(settings)
     assert last is not None and last.position == end and last.pipeline == fresh_db
+
+
+def _pipeline(mariadb, kafka, db: str, tmp_path, start: BinlogPosition, **sink):
+    from mysqlcdc.config import load_pipeline_from_dict
+
+    return load_pipeline_from_dict({
+        "name": db.replace("_", "-"),
+        "source": {"host": mariadb.host, "port": mariadb.port, "user": mariadb.user,
+                   "server_id": 3100 + int(db.rsplit("_", 1)[-1]), "start": str(start),
+                   "tables": {"include": [f"{db}.*"]}, "max_events_per_batch": 200},
+        "spark": {"checkpoint": str(tmp_path / "ck"), "trigger_interval": "200 milliseconds"},
+        "sinks": [{"kafka": {"bootstrap_servers": kafka.bootstrap, "delivery_timeout_s": 10,
+                             "topic_prefix": db, "partitions": 3, **sink}}],
+    })
+
+
+def test_debezium_format_and_resume_from_sink_after_losing_the_checkpoint(
+        spark, mariadb, kafka, fresh_db, tmp_path):
+    import shutil
+
+    from mysqlcdc.pipeline.runner import run_pipeline
+
+    start = _position(mariadb)
+    mariadb.sql(
+        f"CREATE TABLE `{fresh_db}`.acct (id BIGINT UNSIGNED PRIMARY KEY, bal DECIMAL(10,2), "
+        "name VARCHAR(20))",
+        f"INSERT INTO `{fresh_db}`.acct VALUES (18446744073709551615, -12.50, 'ü')",
+        f"UPDATE `{fresh_db}`.acct SET bal = 3 WHERE id = 18446744073709551615",
+        f"DELETE FROM `{fresh_db}`.acct WHERE id = 18446744073709551615",
+    )
+    cfg = _pipeline(mariadb, kafka, fresh_db, tmp_path, start, format="debezium", tombstones=True)
+    run_pipeline(cfg, until_idle=True, spark=spark)
+    topic = f"{fresh_db}.{fresh_db}.acct"
+    msgs = [m for p in _messages(kafka, topic).values() for m in p]
+    assert len(msgs) == 4 and {m.partition() for m in msgs} == {msgs[0].partition()}
+    c, u, d, tomb = msgs
+    assert json.loads(c.key()) == {"id": 18446744073709551615} and tomb.key() == d.key()
+    assert tomb.value() is None
+    cv, uv, dv = (json.loads(m.value()) for m in (c, u, d))
+    assert [v["op"] for v in (cv, uv, dv)] == ["c", "u", "d"]
+    assert cv["before"] is None and dv["after"] is None
+    assert cv["after"] == {"id": 18446744073709551615, "bal": "-12.50", "name": "ü"}
+    assert uv["before"]["bal"] == "-12.50" and uv["after"]["bal"] == "3.00"
+    src = cv["source"]
+    assert (src["connector"], src["name"], src["db"], src["table"]) == (
+        "mysql", fresh_db, fresh_db, "acct")
+    assert src["snapshot"] == "false" and src["server_id"] == 1 and src["row"] == 0
+    assert src["file"].startswith("mariadb-bin.") and src["pos"] > 4
+    assert src["gtid"].count("-") == 2 and src["ts_ms"] > 1_600_000_000_000
+    assert cv["ts_ms"] >= src["ts_ms"] and "version" in src
+    hdr = dict(c.headers())
+    assert hdr["seq"].decode() == src["seq"] and hdr["file"].decode() == src["file"]
+    assert hdr["pos"].decode() == str(src["pos"]) and hdr["gtid"].decode() == src["gtid"]
+    assert int(src["seq"]) < int(uv["source"]["seq"]) < int(dv["source"]["seq"])
+
+    # The checkpoint is lost; more changes arrive; the commit log says where to go on.
+    shutil.rmtree(tmp_path / "ck")
+    mariadb.sql(f"INSERT INTO `{fresh_db}`.acct VALUES (7, 1, 'new')")
+    run_pipeline(cfg, until_idle=True, spark=spark, resume_from_sink=True)
+    msgs = [m for p in _messages(kafka, topic).values() for m in p]
+    ops = [json.loads(m.value())["op"] for m in msgs if m.value() is not None]
+    assert sorted(ops) == ["c", "c", "d", "u"], "nothing twice, nothing missing"
+
+
+def _inserts_and_updates(mariadb, db: str, ids: range, pause_s: float = 0.0) -> None:
+    """One transaction per id: insert it, and every third id update the previous one."""
+    import time
+
+    conn = mariadb.connect(database=db, autocommit=False)
+    with conn.cursor() as cur:
+        for i in ids:
+            cur.execute("INSERT INTO item VALUES (%s, 'x')", (i,))
+            if i % 3 == 0:
+                cur.execute("UPDATE item SET body = 'updated' WHERE id = %s", (i - 1,))
+            conn.commit()
+            time.sleep(pause_s)
+    conn.close()
+
+
+def _changes(kafka, topic: str) -> list[tuple[int, str, int]]:
+    """(id, op, seq) of every message, duplicates included."""
+    out = []
+    for msgs in _messages(kafka, topic).values():
+        for m in msgs:
+            v = json.loads(m.value())
+            out.append((json.loads(m.key())["id"], v["op"], int(v["seq"])))
+    return out
+
+
+def _start_cli(config, *args: str):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    log = open(config.parent / "pipeline.log", "ab")
+    return subprocess.Popen([sys.executable, "-m", "mysqlcdc.cli.main", "run", str(config), *args],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def test_sigkill_mid_stream_then_restart_loses_nothing(mariadb, kafka, fresh_db, tmp_path):
+    import os
+    import signal
+    import threading
+    import time
+
+    import yaml
+
+    total = 450
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.item (id INT PRIMARY KEY, body VARCHAR(20))")
+    cfg = _pipeline(mariadb, kafka, fresh_db, tmp_path, _position(mariadb))
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    settings = _settings(kafka, fresh_db, pipeline=cfg.name)
+    writer = threading.Thread(target=_inserts_and_updates,
+                              args=(mariadb, fresh_db, range(1, total + 1), 0.02))
+    writer.start()
+    proc = _start_cli(config)
+    while read_last_commit(settings) is None:          # at least one batch fully published
+        assert proc.poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
+        time.sleep(0.2)
+    time.sleep(random.Random(1).uniform(0.2, 1.0))      # somewhere inside a later batch
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before_restart = read_last_commit(settings)
+    writer.join()
+    final = _start_cli(config, "--until-idle")
+    assert final.wait(timeout=600) == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
+
+    changes = _changes(kafka, f"{fresh_db}.{fresh_db}.item")
+    assert {i for i, op, _ in changes if op == "c"} == set(range(1, total + 1))
+    assert len({s for _, op, s in changes if op == "u"}) == total // 3
+    seqs = [s for _, _, s in changes]
+    repeated = {s for s in seqs if seqs.count(s) > 1}
+    committed = before_restart.position
+    floor = make_seq(committed.file_number, committed.pos, 0)
+    assert all(s >= floor for s in repeated), "only a replayed batch may repeat changes"
+    assert read_last_commit(settings).position == _position(mariadb)
+
+
+def test_broker_outage_mid_stream_loses_nothing_after_it_returns(
+        spark, mariadb, fresh_db, source_options, tmp_path):
+    import os
+
+    from tests.support.kafka import Broker
+
+    if os.environ.get("KAFKA_BOOTSTRAP"):
+        pytest.skip("kills its broker: runs only on a private Tansu")
+    broker = Broker().start()
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.item (id INT PRIMARY KEY, body VARCHAR(20))")
+    start = _position(mariadb)
+    settings = _settings(broker, fresh_db, partitions=3, delivery_timeout_s=3,
+                         delivery_attempts=40)
+    df = spark.readStream.format("mysqlcdc").options(
+        **source_options(startingPosition=str(start), include=f"{fresh_db}.item")).load()
+    query = start_kafka(df, settings, checkpoint=str(tmp_path / "ck"),
+                        trigger_interval="200 milliseconds", write_tasks=2)
+    topic = f"{fresh_db}.{fresh_db}.item"
+    try:
+        _inserts_and_updates(mariadb, fresh_db, range(1, 101))
+        query.processAllAvailable()
+        assert {i for i, op, _ in _changes(broker, topic) if op == "c"} == set(range(1, 101))
+        broker.kill()                                   # everything on it is gone
+        _inserts_and_updates(mariadb, fresh_db, range(101, 201), 0.02)
+        broker.start()                                  # an empty broker on the same port
+        _inserts_and_updates(mariadb, fresh_db, range(201, 301))
+        query.processAllAvailable()
+        assert query.exception() is None and query.isActive
+    finally:
+        query.stop()
+    changes = _changes(broker, topic)
+    broker.kill()
+    assert {i for i, op, _ in changes if op == "c"} >= set(range(101, 301))
+    assert {i for i, op, _ in changes if op == "u"} >= {i - 1 for i in range(101, 301) if i % 3 == 0}

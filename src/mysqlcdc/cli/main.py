@@ -33,6 +33,9 @@ def run(
     until_idle: bool = typer.Option(False, "--until-idle",
                                     help="Stop once everything on the server has been captured."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
+    resume_from_sink: bool = typer.Option(
+        False, "--resume-from-sink",
+        help="Without a checkpoint, start where the Kafka sink's commit log ends."),
 ) -> None:
     """Run a pipeline until interrupted (Ctrl-C stops it cleanly)."""
     from mysqlcdc.config.loader import load_pipeline
@@ -48,7 +51,8 @@ def run(
                     f"rows {p.get('numInputRows', 0)} "
                     f"({p.get('processedRowsPerSecond', 0):.0f} rows/s)"
                 )
-            run_pipeline(cfg, until_idle=until_idle, on_progress=progress)
+            run_pipeline(cfg, until_idle=until_idle, on_progress=progress,
+                         resume_from_sink=resume_from_sink)
     except MysqlcdcError as err:
         _fail(err)
     except KeyboardInterrupt:

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mysqlcdc.capture.server import preflight
-from mysqlcdc.config.models import ChangelogSinkConfig, ConsoleSinkConfig, PipelineConfig
+from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig,
+                                    PipelineConfig)
 from mysqlcdc.errors import ConfigError, ServerIdInUseError
 from mysqlcdc.protocol.connection import ConnectionSettings
 from mysqlcdc.types import BinlogPosition
@@ -136,6 +137,11 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
         elif isinstance(sink, ConsoleSinkConfig):
             q = start_console(df, checkpoint=checkpoint, trigger_interval=trigger,
                               max_rows=sink.max_rows, truncate=sink.truncate, name=name)
+        elif isinstance(sink, KafkaSinkConfig):
+            from mysqlcdc.sinks.kafka import from_sink_config, start_kafka
+
+            q = start_kafka(df, from_sink_config(sink, cfg.name), checkpoint=checkpoint,
+                            trigger_interval=trigger, write_tasks=sink.write_tasks, name=name)
         else:  # pragma: no cover - the config model admits only known sinks
             raise ConfigError(f"sink type {sink.type!r} is not supported by this version")
         queries.append(q)
@@ -143,10 +149,18 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
 
 
 def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
-                 on_progress: Callable[[dict], None] | None = None, spark=None) -> None:
-    """Preflight, start every sink's query and run until stopped (or idle)."""
+                 on_progress: Callable[[dict], None] | None = None, spark=None,
+                 resume_from_sink: bool = False) -> None:
+    """Preflight, start every sink's query and run until stopped (or idle).
+
+    ``resume_from_sink``: queries without a checkpoint start at the Kafka commit log's
+    last position instead of ``source.start`` (see ``mysqlcdc.sinks.kafka.resume``).
+    """
+    from mysqlcdc.sinks.kafka.resume import resume_from_sink as sink_resume, wants_sink_resume
     from mysqlcdc.spark import build_session
 
+    if resume_from_sink or wants_sink_resume(cfg):
+        cfg = sink_resume(cfg)
     checked_preflight(cfg)
     spark = spark or build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                                    dict(cfg.spark.conf))

@@ -72,7 +72,8 @@ def read_last_commit(settings: KafkaSettings, timeout_s: float = 30.0) -> Commit
     consumer = Consumer({**settings.admin_config(), "group.id": f"mysqlcdc-resume-{uuid.uuid4()}",
                          "enable.auto.commit": "false", "enable.partition.eof": "true"})
     try:
-        if topic not in consumer.list_topics(topic, timeout=timeout_s).topics:
+        listed = consumer.list_topics(timeout=timeout_s).topics   # all: asking for one creates it
+        if topic not in listed or 0 not in listed[topic].partitions:
             return None
         tp = TopicPartition(topic, 0)
         low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)

@@ -2,10 +2,10 @@
 
 ``produce()`` never fails while brokers are down: messages queue and their delivery
 reports fail later (``_MSG_TIMED_OUT``) or never come. So a batch is done only when
-``flush`` returns with nothing queued and every report succeeded. Any failure, and
-any fatal producer error (a restarted broker answers an idempotent producer with
-``UNKNOWN_PRODUCER_ID``), discards the producer: the next attempt sends the whole
-batch again with a new one. Repeats are possible, losses are not.
+``flush`` returns with nothing queued and every report succeeded. Any failure, any
+fatal producer error (a restarted broker answers an idempotent producer with
+``UNKNOWN_PRODUCER_ID``) and losing every broker discard the producer: the next
+attempt sends the whole batch again with a new one. Repeats are possible, losses are not.
 """
 
 from __future__ import annotations
@@ -39,7 +39,10 @@ class CheckedProducer:
         self._producer = Producer({**config, "error_cb": self._on_error})
 
     def _on_error(self, err: KafkaError) -> None:
-        if err.fatal():
+        # After all brokers were down, acknowledgements of this producer cannot be trusted:
+        # a broker that came back empty may take its old sequence numbers for duplicates
+        # and acknowledge without storing. The batch is sent again by a new producer.
+        if err.fatal() or err.code() == KafkaError._ALL_BROKERS_DOWN:
             self.failure = self.failure or err
         log.warning("kafka: %s", err.str())
 
@@ -48,10 +51,11 @@ class CheckedProducer:
             self.failure = err
 
     def send(self, topic: str, key: bytes | None, value: bytes | None,
-             headers: list[tuple[str, bytes]] | None = None) -> None:
+             headers: list[tuple[str, bytes]] | None = None, partition: int = -1) -> None:
+        """Queue one message (``partition`` -1: by the partitioner, i.e. by key hash)."""
         while True:
             try:
-                self._producer.produce(topic, value, key, headers=headers,
+                self._producer.produce(topic, value, key, partition=partition, headers=headers,
                                        on_delivery=self._on_delivery)
                 return
             except BufferError:          # local queue full: let deliveries drain
@@ -70,8 +74,12 @@ class CheckedProducer:
             raise KafkaDeliveryError(f"delivery failed: {self.failure.str()}")
 
     def close(self) -> None:
-        self._producer.purge()
-        self._producer.flush(0)
+        """Drop whatever is still queued; a producer in a fatal state may refuse, harmlessly."""
+        try:
+            self._producer.purge()
+            self._producer.flush(0)
+        except KafkaException as err:
+            log.info("kafka: discarding a failed producer: %s", err)
 
 
 _CACHE: dict[tuple, CheckedProducer] = {}

@@ -78,7 +78,7 @@ def _send_commit(settings: KafkaSettings, record: CommitRecord,
         txn_topic = settings.resolve(settings.transaction_topic)
         ensure_topics(settings, [txn_topic], partitions=1)
         for key, value in boundary_records(txns):
-            producer.send(txn_topic, key, value)
+            producer.send(txn_topic, key, value, partition=0)
         producer.finish(settings.delivery_timeout_s + 5)   # boundaries land before the commit
-    producer.send(commit_topic, *record.encode())
+    producer.send(commit_topic, *record.encode(), partition=0)   # read back from partition 0
     producer.finish(settings.delivery_timeout_s + 5)

@@ -44,9 +44,10 @@ class TopicRouter:
         return name
 
 
-def ensure_topics(settings: KafkaSettings, names: Iterable[str], partitions: int | None = None,
-                  timeout_s: float = 30.0) -> None:
+def ensure_topics(settings: KafkaSettings, names: Iterable[str],
+                  partitions: int | None = None) -> None:
     """Create the topics among ``names`` not yet known to exist."""
+    timeout_s = settings.delivery_timeout_s
     missing = sorted({n for n in names if (settings.bootstrap, n) not in _KNOWN})
     if not missing:
         return
