@@ -122,14 +122,16 @@ def iter_change_batches(
     """
     end_key = (end.file_number, end.pos) if end else None
     reached = end is None
+    numbers: dict[str, int] = {}
     for raw in raws:
-        if end_key and not raw.artificial and (binlog_file_number(raw.file), raw.pos) >= end_key:
+        if end_key and not raw.artificial and (_number(numbers, raw.file), raw.pos) >= end_key:
             reached = True
             break
         decoder.feed(raw)
         if len(decoder.builder) >= batch_rows:
             yield decoder.take()
-        if end_key and decoder.boundary and _at_or_after(decoder.boundary, end_key):
+        boundary = decoder.boundary
+        if end_key and boundary and (_number(numbers, boundary[0]), boundary[1]) >= end_key:
             reached = True
             break
     if len(decoder.builder):
@@ -141,5 +143,9 @@ def iter_change_batches(
         )
 
 
-def _at_or_after(position: tuple[str, int], end_key: tuple[int, int]) -> bool:
-    return (binlog_file_number(position[0]), position[1]) >= end_key
+def _number(cache: dict[str, int], file: str) -> int:
+    """A file's numeric extension, parsed once per file name."""
+    n = cache.get(file)
+    if n is None:
+        n = cache[file] = binlog_file_number(file)
+    return n

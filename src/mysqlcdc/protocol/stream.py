@@ -213,8 +213,8 @@ class ReplicationStream:
             self._next = self._rotate_target(data)
             if artificial:
                 file, pos = self._next.file, self._next.pos
-        elif not artificial:
-            self._next = BinlogPosition.of(file, log_pos)
+        elif not artificial:   # same file: skip re-parsing its number (hot path)
+            self._next = BinlogPosition(self._next.file_number, log_pos, file)
         return RawEvent(file, pos, data, artificial)
 
     def _rotate_target(self, data: bytes) -> BinlogPosition:
