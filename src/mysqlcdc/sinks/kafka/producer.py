@@ -59,15 +59,23 @@ class CheckedProducer:
                                        on_delivery=self._on_delivery)
                 return
             except BufferError:          # local queue full: let deliveries drain
-                self._producer.poll(0.05)
+                self._serve(self._producer.poll, 0.05)
             self._check()
 
     def finish(self, timeout_s: float) -> None:
         """Wait for every delivery report; raise unless all succeeded."""
-        left = self._producer.flush(timeout_s)
+        left = self._serve(self._producer.flush, timeout_s)
         self._check()
         if left:
             raise KafkaDeliveryError(f"{left} messages not acknowledged within {timeout_s:.0f} s")
+
+    def _serve(self, call: Callable[[float], int], timeout_s: float) -> int:
+        """poll/flush, which run the callbacks. After a fatal error confluent-kafka
+        surfaces a pending exception as SystemError from inside a callback."""
+        try:
+            return call(timeout_s)
+        except SystemError as err:
+            raise KafkaDeliveryError(f"producer failed while serving callbacks: {err}") from None
 
     def _check(self) -> None:
         if self.failure is not None:
