@@ -25,12 +25,12 @@ def register(spark) -> None:
 
 def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
                 trigger_interval: str = "1 second", write_tasks: int | None = None,
-                name: str | None = None):
+                name: str | None = None, available_now: bool = False):
     """Start the query publishing ``df`` (envelope rows) to Kafka.
 
     Rows are spread over ``write_tasks`` tasks by ``db``, ``table`` and ``key`` (default
     ``spark.sql.shuffle.partitions``), so every change of a key is published by one task,
-    which sorts its rows by ``seq``.
+    which sorts its rows by ``seq``. ``available_now``: publish what is there, then stop.
     """
     register(df.sparkSession)
     tasks = write_tasks or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
@@ -38,8 +38,9 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
         df.repartition(tasks, "db", "table", "key").writeStream.format(FORMAT)
         .options(**settings.to_options())
         .option("checkpointLocation", checkpoint)
-        .trigger(processingTime=trigger_interval)
     )
+    writer = (writer.trigger(availableNow=True) if available_now
+              else writer.trigger(processingTime=trigger_interval))
     if name:
         writer = writer.queryName(name)
     return writer.start()
