@@ -104,3 +104,35 @@ def test_settings_force_idempotence_and_name_topics_legally():
         KafkaSettings.parse({"topic": "x"})
     with pytest.raises(ConfigError):
         KafkaSettings.parse({"kafka.bootstrap.servers": "b", "format": "avro"})
+
+
+def test_topic_by_template_fixed_name_or_column():
+    from mysqlcdc.sinks.kafka.producer import KafkaDeliveryError
+    from mysqlcdc.sinks.kafka.topics import TopicRouter
+
+    base = {"bootstrap.servers": "b"}
+    assert TopicRouter(KafkaSettings(producer=base, prefix="p")).topic(ROW) == "p.shop.orders"
+    assert TopicRouter(KafkaSettings(producer=base, topic="all-changes")).topic(ROW) == "all-changes"
+    by_column = TopicRouter(KafkaSettings(producer=base, topic_column="route"))
+    assert by_column.topic({**ROW, "route": "vip"}) == "vip"
+    with pytest.raises(KafkaDeliveryError):
+        by_column.topic({**ROW, "route": None})
+
+
+def test_kafka_secrets_come_from_the_environment_and_are_never_dumped():
+    from mysqlcdc.config import load_pipeline_from_dict
+    from mysqlcdc.sinks.kafka.settings import from_sink_config
+
+    cfg = load_pipeline_from_dict({
+        "name": "p", "source": {"host": "h", "user": "u", "server_id": 9},
+        "spark": {"checkpoint": "/tmp/ck"},
+        "sinks": [{"kafka": {"bootstrap_servers": "b:9093",
+                             "producer_config": {"security.protocol": "SASL_SSL"},
+                             "producer_config_env": {"sasl.password": "KAFKA_PW"}}}],
+    }, env={"KAFKA_PW": "hunter2"})
+    assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg.model_dump())
+    settings = from_sink_config(cfg.sinks[0], cfg.name)
+    assert settings.producer_config()["sasl.password"] == "hunter2"
+    assert "hunter2" not in repr(settings)
+    with pytest.raises(Exception, match="KAFKA_PW"):
+        load_pipeline_from_dict(cfg.model_dump(mode="json"), env={})
