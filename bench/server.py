@@ -1,17 +1,15 @@
 """The benchmark's mariadbd: the test fixture's server, on a datadir that persists.
 
-``tests/support/mariadb.py`` starts a throwaway server in a temp dir and deletes
+The test fixture starts a throwaway server in a temp dir and deletes
 it on stop. Benchmarks want the opposite: generate the binlogs once under
-``bench/data/`` and reuse them across runs. ``BenchServer`` reuses the
-fixture's install, command line and readiness wait, and only changes where
-the datadir lives and that ``stop()`` keeps it.
+``bench/data/`` and reuse them across runs. ``BenchServer`` gives the
+launcher a basedir under bench/data (reused, kept on stop) and faster, less
+durable server options.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +25,7 @@ for _path in (str(REPO_ROOT), str(REPO_ROOT / "src")):
     if _path not in sys.path:
         sys.path.append(_path)
 
-from tests.support.mariadb import MariaDB, free_port  # noqa: E402
+from tests.support.mariadb import MariaDB  # noqa: E402
 
 __all__ = ["BenchServer", "BENCH_OPTIONS", "DATA_ROOT", "OUT_DIR", "REPO_ROOT", "data_dir_for"]
 
@@ -56,27 +54,14 @@ def data_dir_for(rows: int, seed: int) -> Path:
 class BenchServer(MariaDB):
     """A mariadbd whose datadir is ``<basedir>/data`` and survives ``stop()``."""
 
+    stop_timeout: float = 120.0
+
     def start(self, timeout: float = 120.0) -> "BenchServer":
         if self.basedir is None:
             raise ValueError("BenchServer needs a basedir")
-        self.basedir = Path(self.basedir)
-        self.basedir.mkdir(parents=True, exist_ok=True)
         self.options = {**BENCH_OPTIONS, **self.options}
-        datadir = self.datadir
-        if not (datadir / "mysql").is_dir():
-            self._install(datadir)
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            self._command(datadir),
-            stdout=open(self.basedir / "stdout.log", "wb"),
-            stderr=subprocess.STDOUT,
-        )
-        self._wait_ready(timeout)
+        super().start(timeout)
         return self
-
-    @property
-    def datadir(self) -> Path:
-        return Path(self.basedir) / "data"
 
     def pin(self, cpus: set[int]) -> None:
         """Keep the server off the core the measured client runs on."""
@@ -87,13 +72,3 @@ class BenchServer(MariaDB):
                 os.sched_setaffinity(int(tid), cpus)
             except ProcessLookupError:
                 pass
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None

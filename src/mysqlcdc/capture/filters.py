@@ -20,7 +20,8 @@ def validate_pattern(pattern: str) -> str:
 
 @dataclass(frozen=True)
 class TableFilter:
-    """``include`` minus ``exclude``; names compare case-sensitively, as MySQL on Linux.
+    """``include`` minus ``exclude``; names compare case-sensitively, as MySQL on Linux,
+    and a glob never crosses the dot (``s*.t`` does not match ``shop.x.t``).
 
     System schemas are never captured unless named explicitly.
 
@@ -37,12 +38,9 @@ class TableFilter:
             validate_pattern(p)
 
     def __call__(self, db: str, table: str) -> bool:
-        name = f"{db}.{table}"
         if db in SYSTEM_SCHEMAS and not any(p.split(".")[0] == db for p in self.include):
             return False
-        if not any(fnmatchcase(name, p) for p in self.include):
-            return False
-        return not any(fnmatchcase(name, p) for p in self.exclude)
+        return _any(self.include, db, table) and not _any(self.exclude, db, table)
 
     @classmethod
     def parse(cls, include: str | None, exclude: str | None) -> "TableFilter":
@@ -50,3 +48,11 @@ class TableFilter:
         inc = tuple(p.strip() for p in (include or "*.*").split(",") if p.strip())
         exc = tuple(p.strip() for p in (exclude or "").split(",") if p.strip())
         return cls(inc or ("*.*",), exc)
+
+
+def _any(patterns: tuple[str, ...], db: str, table: str) -> bool:
+    for pattern in patterns:
+        pdb, _, ptable = pattern.partition(".")
+        if fnmatchcase(db, pdb) and fnmatchcase(table, ptable):
+            return True
+    return False

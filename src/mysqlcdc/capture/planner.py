@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pymysql
+
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.capture.server import current_position, earliest_position
 from mysqlcdc.capture.task import RangeTask
@@ -39,12 +41,14 @@ class RangePlanner:
 
     # -- server facts -------------------------------------------------------
     def _sql(self):
-        if self._conn is None or not self._conn.open:
-            self._conn = connect_sql(self.options.settings)
-        try:
-            self._conn.ping(reconnect=True)
-        except Exception:
-            self._conn = connect_sql(self.options.settings)
+        """The planner's SQL connection, reopened if the server dropped it."""
+        if self._conn is not None:
+            try:
+                self._conn.ping(reconnect=False)
+                return self._conn
+            except (pymysql.err.Error, OSError):
+                self._conn = None
+        self._conn = connect_sql(self.options.settings)   # named errors on failure
         return self._conn
 
     def resolve(self, spec: str) -> BinlogPosition:

@@ -21,7 +21,7 @@ from mysqlcdc.config.models import (
     SourceConfig,
     SparkConfig,
     SslConfig,
-    TableMatcher,
+    TableFilter,
     TablesConfig,
 )
 from mysqlcdc.config.secret import MASK, Secret

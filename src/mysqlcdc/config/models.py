@@ -26,8 +26,6 @@ add it to :data:`AnySinkConfig`.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
@@ -56,6 +54,7 @@ from mysqlcdc.config.fields import (
     TriggerInterval,
     context_env,
 )
+from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.config.secret import Secret
 
 __all__ = [
@@ -63,7 +62,7 @@ __all__ = [
     "SourceConfig",
     "SslConfig",
     "TablesConfig",
-    "TableMatcher",
+    "TableFilter",
     "ReconnectConfig",
     "SparkConfig",
     "ChangelogSinkConfig",
@@ -122,49 +121,6 @@ class SslConfig(_Model):
         return self
 
 
-class TableMatcher:
-    """``matcher(db, table)``: True when ``db.table`` matches an include pattern and no
-    exclude pattern. Case-sensitive, like MySQL table names on Linux; ``*`` and ``?``
-    never cross the dot. Picklable (it travels to Spark executors).
-
-    >>> m = TableMatcher(["shop.*"], ["shop.tmp_*"])
-    >>> m("shop", "orders"), m("shop", "tmp_1"), m("Shop", "orders")
-    (True, False, False)
-    """
-
-    __slots__ = ("include", "exclude", "_include", "_exclude")
-
-    def __init__(self, include: Iterable[str], exclude: Iterable[str] = ()) -> None:
-        self.include = tuple(include)
-        self.exclude = tuple(exclude)
-        self._include = [_compile_pattern(p) for p in self.include]
-        self._exclude = [_compile_pattern(p) for p in self.exclude]
-
-    def __call__(self, db: str, table: str) -> bool:
-        return _matches_any(self._include, db, table) and not _matches_any(
-            self._exclude, db, table
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (TableMatcher, (self.include, self.exclude))
-
-    def __repr__(self) -> str:
-        return f"TableMatcher(include={list(self.include)!r}, exclude={list(self.exclude)!r})"
-
-
-def _compile_pattern(pattern: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
-    import fnmatch
-
-    db, _, table = pattern.partition(".")
-    return re.compile(fnmatch.translate(db)), re.compile(fnmatch.translate(table))
-
-
-def _matches_any(
-    patterns: list[tuple[re.Pattern[str], re.Pattern[str]]], db: str, table: str
-) -> bool:
-    return any(d.match(db) and t.match(table) for d, t in patterns)
-
-
 class TablesConfig(_Model):
     """Which tables to capture: those matching an ``include`` pattern and no ``exclude``
     pattern. Patterns are ``db.table`` with fnmatch globs on each side (``*``, ``?``,
@@ -180,9 +136,9 @@ class TablesConfig(_Model):
         description="Patterns of tables to leave out even when included, such as `shop.tmp_*`.",
     )
 
-    def matcher(self) -> TableMatcher:
-        """A picklable ``(db, table) -> bool`` for these patterns."""
-        return TableMatcher(self.include, self.exclude)
+    def matcher(self) -> TableFilter:
+        """The picklable ``(db, table) -> bool`` the capture layer filters with."""
+        return TableFilter(tuple(self.include), tuple(self.exclude))
 
 
 class ReconnectConfig(_Model):

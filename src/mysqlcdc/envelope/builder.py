@@ -16,7 +16,7 @@ from orjson import dumps as _orjson_dumps
 from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_DELETE
 from mysqlcdc.types import SEQ_FILE, SEQ_POS
 
-__all__ = ["EnvelopeBuilder", "TxnContext", "encode_image"]
+__all__ = ["EnvelopeBuilder", "TxnContext"]
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
@@ -29,11 +29,6 @@ def _encode(value: Any) -> str:
         return _orjson_dumps(value).decode()
     except _OrjsonError:
         return _encoder.encode(value)
-
-
-def encode_image(image: dict[str, Any] | None) -> str | None:
-    """A row image as compact JSON text (None stays None)."""
-    return None if image is None else _encode(image)
 
 
 class TxnContext:

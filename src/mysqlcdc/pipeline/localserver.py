@@ -66,10 +66,20 @@ class MariaDB:
     user: str = "root"
     password: str = ""
 
+    stop_timeout: float = 30.0
+    keep: bool = False   # True: ``basedir`` was given and outlives stop()
+
     def start(self, timeout: float = 60.0) -> "MariaDB":
-        self.basedir = Path(tempfile.mkdtemp(prefix="mysqlcdc-mariadb-"))
-        datadir = self.basedir / "data"
-        self._install(datadir)
+        """Start the server. With ``basedir`` set, its ``data/`` is reused (installed
+        only when missing) and kept on stop; otherwise a temp dir is made and removed."""
+        if self.basedir is None:
+            self.basedir = Path(tempfile.mkdtemp(prefix="mysqlcdc-mariadb-"))
+        else:
+            self.basedir, self.keep = Path(self.basedir), True
+            self.basedir.mkdir(parents=True, exist_ok=True)
+        datadir = self.datadir
+        if not (datadir / "mysql").is_dir():
+            self._install(datadir)
         self.port = free_port()
         self.process = subprocess.Popen(
             self._command(datadir),
@@ -153,12 +163,17 @@ class MariaDB:
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=30)
+                self.process.wait(timeout=self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if self.basedir:
+        self.process = None
+        if self.basedir and not self.keep:
             shutil.rmtree(self.basedir, ignore_errors=True)
+
+    @property
+    def datadir(self) -> Path:
+        return Path(self.basedir) / "data"
 
     def __enter__(self) -> "MariaDB":
         return self.start()

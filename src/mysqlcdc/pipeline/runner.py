@@ -7,10 +7,8 @@ for progress, so a sink that crashed resumes exactly where it committed.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 from mysqlcdc.capture.server import preflight
@@ -18,6 +16,7 @@ from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, Kafk
                                     PipelineConfig)
 from mysqlcdc.errors import ConfigError, ServerIdInUseError
 from mysqlcdc.protocol.connection import ConnectionSettings
+from mysqlcdc.spark.checkpoint import latest_offset, local_dir
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
@@ -74,20 +73,8 @@ def sink_checkpoint(cfg: PipelineConfig, index: int) -> str:
 
 def checkpoint_position(checkpoint: str) -> BinlogPosition | None:
     """The source offset of the newest planned batch in a local Spark checkpoint, if any."""
-    if "://" in checkpoint and not checkpoint.startswith("file://"):
-        return None   # remote checkpoints are read by Spark itself
-    offsets = Path(checkpoint.removeprefix("file://")) / "offsets"
-    batches = sorted((int(p.name) for p in offsets.glob("[0-9]*")), reverse=True) if offsets.is_dir() else []
-    for batch in batches:
-        lines = (offsets / str(batch)).read_text().splitlines()
-        for line in reversed(lines):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict) and "file" in data and "pos" in data:
-                return BinlogPosition.of(data["file"], int(data["pos"]))
-    return None
+    local = local_dir(checkpoint)
+    return latest_offset(local) if local is not None else None   # remote: Spark reads it
 
 
 def resume_position(cfg: PipelineConfig) -> BinlogPosition | None:

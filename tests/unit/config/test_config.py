@@ -14,7 +14,7 @@ from mysqlcdc.config import (
     ConsoleSinkConfig,
     PipelineConfig,
     Secret,
-    TableMatcher,
+    TableFilter,
     load_pipeline,
     load_pipeline_from_dict,
 )
@@ -359,7 +359,7 @@ def test_matcher_include_minus_exclude(tmp_path: Path) -> None:
 
 
 def test_matcher_globs_stay_within_a_name() -> None:
-    match = TableMatcher(["s*.order?", "*.[ab]x"], ["*.[!a]x"])
+    match = TableFilter(("s*.order?", "*.[ab]x"), ("*.[!a]x",))
     assert match("shop", "order1") and match("s", "orders")
     assert not match("shop", "order12")
     assert match("db", "ax") and not match("db", "bx")

@@ -23,13 +23,13 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from mysqlcdc.errors import ConfigError
 from mysqlcdc.sinks.kafka.producer import KafkaDeliveryError
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
+from mysqlcdc.spark.checkpoint import batch_offset, local_dir
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["CommitRecord", "batch_end_offset", "read_last_commit"]
@@ -53,17 +53,13 @@ class CommitRecord:
 
 def batch_end_offset(checkpoint: str | None, batch_id: int) -> dict:
     """The source offset Spark recorded for ``batch_id`` in a local checkpoint."""
-    if not checkpoint or ("://" in checkpoint and not checkpoint.startswith("file:")):
+    local = local_dir(checkpoint) if checkpoint else None
+    if local is None:
         raise ConfigError(f"the kafka sink needs a local checkpointLocation, got {checkpoint!r}")
-    path = Path(checkpoint.removeprefix("file://").removeprefix("file:")) / "offsets" / str(batch_id)
-    for line in reversed(path.read_text().splitlines()):
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(data, dict) and {"file", "pos"} <= data.keys():
-            return {"file": data["file"], "pos": int(data["pos"])}
-    raise ConfigError(f"no mysqlcdc source offset in {path}")
+    end = batch_offset(local, batch_id)
+    if end is None:
+        raise ConfigError(f"no mysqlcdc source offset in {local / 'offsets' / str(batch_id)}")
+    return {"file": end.file, "pos": end.pos}
 
 
 def read_last_commit(settings: KafkaSettings, timeout_s: float = 30.0) -> CommitRecord | None:
