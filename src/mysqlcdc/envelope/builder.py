@@ -67,10 +67,11 @@ class EnvelopeBuilder:
         file_number: int,
         pos: int,
         first_row: int,
+        query: str | None = None,
     ) -> int:
         """Append one rows event's changes; returns the next row index."""
         (c_op, c_db, c_table, c_before, c_after, c_key, c_ts, c_sid, c_gtid, c_txn,
-         c_file, c_pos, c_row, c_seq) = self.cols
+         c_file, c_pos, c_row, c_seq, c_query) = self.cols
         n = len(rows)
         base_seq = file_number * SEQ_FILE + pos * SEQ_POS + first_row
         encode = _encode
@@ -92,7 +93,20 @@ class EnvelopeBuilder:
         c_pos.extend([pos] * n)
         c_row.extend(range(first_row, first_row + n))
         c_seq.extend(range(base_seq, base_seq + n))
+        c_query.extend([query] * n)
         return first_row + n
+
+    def add_event(self, op: str, db: str, table: str, before: dict | None, after: dict | None,
+                  query: str | None, txn: TxnContext, file: str, file_number: int,
+                  pos: int) -> None:
+        """Append one record that is not a row change (schema change ``s``, truncate ``t``):
+        ``before``/``after`` are the table's definitions around it, ``query`` its statement."""
+        values = (op, db, table, None if before is None else _encode(before),
+                  None if after is None else _encode(after), None, txn.ts_ms, txn.server_id,
+                  txn.gtid, txn.txn_id, file, pos, 0, file_number * SEQ_FILE + pos * SEQ_POS,
+                  query)
+        for col, value in zip(self.cols, values):
+            col.append(value)
 
     def take(self) -> pa.RecordBatch:
         arrays = [pa.array(col, type=field.type) for col, field in zip(self.cols, ARROW_SCHEMA)]

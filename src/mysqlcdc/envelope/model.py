@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-__all__ = ["ENVELOPE_FIELDS", "ENVELOPE_DDL", "ARROW_SCHEMA", "OP_INSERT", "OP_UPDATE", "OP_DELETE"]
+__all__ = ["ENVELOPE_FIELDS", "ENVELOPE_DDL", "ARROW_SCHEMA", "OP_INSERT", "OP_UPDATE", "OP_DELETE",
+           "OP_READ", "OP_TRUNCATE", "OP_SCHEMA", "ROW_OPS"]
 
 OP_INSERT = "c"
 OP_UPDATE = "u"
 OP_DELETE = "d"
 OP_READ = "r"
 OP_TRUNCATE = "t"
+OP_SCHEMA = "s"      # a DDL changed a table's definition (before/after: the definitions)
+ROW_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE, OP_READ)
 
 # (name, spark DDL type, arrow type) in envelope order.
 ENVELOPE_FIELDS: tuple[tuple[str, str, pa.DataType], ...] = (
@@ -33,6 +36,7 @@ ENVELOPE_FIELDS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("pos", "BIGINT", pa.int64()),
     ("row", "INT", pa.int32()),
     ("seq", "DECIMAL(38,0)", pa.decimal128(38, 0)),
+    ("query", "STRING", pa.string()),
 )
 
 ENVELOPE_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl, _ in ENVELOPE_FIELDS)

@@ -15,7 +15,7 @@ from mysqlcdc.errors import ProtocolError
 from mysqlcdc.protocol.connection import query
 from mysqlcdc.schema.model import ColumnDef, TableDef
 
-__all__ = ["SYSTEM_SCHEMAS", "load_tables", "parse_labels"]
+__all__ = ["SYSTEM_SCHEMAS", "load_tables", "parse_labels", "charset_of_collation"]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
@@ -23,7 +23,8 @@ _SKIP = ", ".join(f"'{s}'" for s in sorted(SYSTEM_SCHEMAS))
 
 _COLUMNS_SQL = f"""
 SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE,
-       c.CHARACTER_SET_NAME, c.IS_NULLABLE
+       c.CHARACTER_SET_NAME, c.IS_NULLABLE, c.CHARACTER_MAXIMUM_LENGTH, c.NUMERIC_PRECISION,
+       c.NUMERIC_SCALE, c.DATETIME_PRECISION, c.EXTRA, t.TABLE_COLLATION
 FROM information_schema.COLUMNS c
 JOIN information_schema.TABLES t
   ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
@@ -49,20 +50,42 @@ def load_tables(conn: pymysql.Connection, include: Include | None = None
     """
     primary = {(db, t, col) for db, t, col in query(conn, _PRIMARY_SQL)}
     columns: dict[tuple[str, str], list[ColumnDef]] = {}
+    charsets: dict[tuple[str, str], str | None] = {}
     for db, table, *rest in query(conn, _COLUMNS_SQL):
         if include is not None and not include(db, table):
             continue
-        column = _column(rest, is_primary_key=(db, table, rest[0]) in primary)
+        column = _column(rest[:11], is_primary_key=(db, table, rest[0]) in primary)
         columns.setdefault((db, table), []).append(column)
-    return {key: TableDef(key[0], key[1], tuple(cols)) for key, cols in columns.items()}
+        charsets[(db, table)] = charset_of_collation(rest[11])
+    return {key: TableDef(key[0], key[1], tuple(cols), charset=charsets[key])
+            for key, cols in columns.items()}
+
+
+def charset_of_collation(collation: str | None) -> str | None:
+    """``utf8mb4_general_ci`` -> ``utf8mb4``; ``binary`` -> ``binary``."""
+    if not collation:
+        return None
+    return str(collation).split("_", 1)[0].lower()
+
+
+_LENGTH_TYPES = frozenset({"char", "varchar", "binary", "varbinary"})
+_FSP_TYPES = frozenset({"time", "datetime", "timestamp"})
 
 
 def _column(row: list, *, is_primary_key: bool) -> ColumnDef:
-    name, data_type, column_type, charset, nullable = row
+    (name, data_type, column_type, charset, nullable, char_len, num_precision, num_scale,
+     dt_precision, extra) = row
     data_type, column_type = str(data_type).lower(), str(column_type)
+    extra = str(extra or "").upper()
     labels = parse_labels(column_type) if data_type in ("enum", "set") else ()
     if charset is None and data_type in _BINARY_TYPES:
         charset = "binary"
+    length = None
+    if data_type in _LENGTH_TYPES and char_len is not None:
+        length = int(char_len)
+    elif data_type == "bit" and num_precision is not None:
+        length = int(num_precision)
+    decimal = data_type == "decimal"
     return ColumnDef(
         name=str(name), data_type=data_type,
         unsigned=" unsigned" in column_type.lower(),
@@ -70,7 +93,12 @@ def _column(row: list, *, is_primary_key: bool) -> ColumnDef:
         enum_values=labels if data_type == "enum" else (),
         set_values=labels if data_type == "set" else (),
         is_primary_key=is_primary_key, nullable=str(nullable).upper() == "YES",
-        column_type=column_type,
+        column_type=column_type, length=length,
+        precision=int(num_precision) if decimal and num_precision is not None else None,
+        scale=int(num_scale) if decimal and num_scale is not None else None,
+        fsp=int(dt_precision or 0) if data_type in _FSP_TYPES else None,
+        invisible="INVISIBLE" in extra,
+        generated="GENERATED" in extra,
     )
 
 

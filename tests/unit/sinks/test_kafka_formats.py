@@ -32,7 +32,7 @@ ROW = {
 def test_mysqlcdc_value_is_the_envelope_with_exact_values():
     value = json.loads(mysqlcdc_value(ROW))
     assert list(value) == ["op", "db", "table", "before", "after", "key", "ts_ms",
-                           "server_id", "gtid", "txn_id", "file", "pos", "row", "seq"]
+                           "server_id", "gtid", "txn_id", "file", "pos", "row", "seq", "query"]
     assert value["before"] == {"id": 18446744073709551615, "amount": "-12.3400", "note": 'a"b'}
     assert value["after"]["note"] is None and value["seq"] == str(SEQ)
     assert int(value["seq"]) == 3 * 10**24 + 1234 * 10**12 + 2

@@ -40,7 +40,8 @@ def current_state_sql(view: str, db: str, table: str) -> str:
     """SQL giving a table's current rows from its changelog view.
 
     The latest change per primary key wins (``seq`` orders changes exactly);
-    keys whose latest change is a delete are gone. ``after`` holds the row as
+    keys whose latest change is a delete are gone, and so is every change before the
+    table's latest TRUNCATE (``op = 't'``); schema changes (``op = 's'``) are not rows. ``after`` holds the row as
     JSON; ``from_json`` or ``get_json_object`` turns it into columns.
     """
     return f"""
@@ -49,7 +50,9 @@ FROM (
   SELECT key, op, after, seq,
          ROW_NUMBER() OVER (PARTITION BY key ORDER BY seq DESC) AS rn
   FROM {view}
-  WHERE db = '{_quote(db)}' AND `table` = '{_quote(table)}'
+  WHERE db = '{_quote(db)}' AND `table` = '{_quote(table)}' AND op IN ('c', 'u', 'd', 'r')
+    AND seq > (SELECT coalesce(max(seq), -1) FROM {view}
+               WHERE db = '{_quote(db)}' AND `table` = '{_quote(table)}' AND op = 't')
 )
 WHERE rn = 1 AND op <> 'd'
 """.strip()

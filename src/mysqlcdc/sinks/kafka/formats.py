@@ -60,7 +60,8 @@ def mysqlcdc_value(row: Row) -> bytes:
         f'"before":{_raw(row["before"])},"after":{_raw(row["after"])},"key":{_raw(row["key"])},'
         f'"ts_ms":{_j(row["ts_ms"])},"server_id":{_j(row["server_id"])},'
         f'"gtid":{_j(row["gtid"])},"txn_id":{_j(row["txn_id"])},"file":{_j(row["file"])},'
-        f'"pos":{_j(row["pos"])},"row":{_j(row["row"])},"seq":"{row["seq"]}"}}'
+        f'"pos":{_j(row["pos"])},"row":{_j(row["row"])},"seq":"{row["seq"]}",'
+        f'"query":{_j(row.get("query"))}}}'
     ).encode()
 
 
@@ -71,7 +72,7 @@ def debezium_value(row: Row, name: str, now_ms: int) -> bytes:
         f'"ts_ms":{_j(row["ts_ms"])},"snapshot":"false","db":{_j(row["db"])},'
         f'"sequence":null,"table":{_j(row["table"])},"server_id":{_j(row["server_id"])},'
         f'"gtid":{_j(row["gtid"])},"file":{_j(row["file"])},"pos":{_j(row["pos"])},'
-        f'"row":{_j(row["row"])},"thread":null,"query":null,"seq":"{row["seq"]}"}}'
+        f'"row":{_j(row["row"])},"thread":null,"query":{_j(row.get("query"))},"seq":"{row["seq"]}"}}'
     )
     return (
         f'{{"before":{_raw(row["before"])},"after":{_raw(row["after"])},"source":{source},'

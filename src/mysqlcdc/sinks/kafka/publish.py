@@ -54,6 +54,8 @@ def _send_all(settings: KafkaSettings, rows: list[dict]) -> None:
     producer = producer_for(settings)
     debezium, now_ms = settings.format == "debezium", int(time.time() * 1000)
     for row, topic in zip(rows, topics):
+        if debezium and row["op"] == "s":
+            continue   # Debezium has no schema-change record on a table's topic
         key = encode_key(row)
         value = debezium_value(row, settings.prefix, now_ms) if debezium else mysqlcdc_value(row)
         producer.send(topic, key, value, headers(row))
