@@ -18,6 +18,8 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── EncryptedBinlogError
     │   │   └── UnsupportedEventError   an event that can carry rows, not decodable
     │   ├── SchemaError                 row does not fit the table definition
+    │   │   ├── SchemaBootstrapError    history cannot start at that position
+    │   │   └── TableQuarantinedError   a table's rows are held back
     │   ├── PreflightError              server not usable for CDC
     │   │   ├── BinlogDisabledError
     │   │   ├── BinlogFormatError
@@ -57,6 +59,8 @@ __all__ = [
     "ProtocolError",
     "ServerUnreachableError",
     "ConnectionLostError",
+    "SchemaBootstrapError",
+    "TableQuarantinedError",
 ]
 
 
@@ -219,3 +223,21 @@ class ServerUnreachableError(TransientError):
 class ConnectionLostError(TransientError):
     code = "CONNECTION_LOST"
     hint = "The connection dropped; mysqlcdc reconnects and resumes from the last position."
+
+
+class SchemaBootstrapError(SchemaError):
+    """The schema history cannot start at the requested position with certainty."""
+
+    code = "SCHEMA_BOOTSTRAP_UNSAFE"
+    hint = ("Start from a position after the listed DDL, or set source.schema_bootstrap: current "
+            "(Spark option schemaBootstrap=current) to accept today's definitions for the older "
+            "events.")
+
+
+class TableQuarantinedError(SchemaError):
+    """A table's rows cannot be decoded with certainty; it is held back, others flow."""
+
+    code = "TABLE_QUARANTINED"
+    hint = ("Run `mysqlcdc schema resolve PIPELINE.yaml DB.TABLE --reload` (use the server's "
+            "current definition from the quarantine position on) or `--skip` (drop the table's "
+            "held-back rows); see README 'Schema history'.")
