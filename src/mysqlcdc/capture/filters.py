@@ -43,11 +43,21 @@ class TableFilter:
         return _any(self.include, db, table) and not _any(self.exclude, db, table)
 
     @classmethod
+    def exact(cls, db: str, table: str) -> "TableFilter":
+        """Exactly one table, whatever characters its name holds."""
+        return cls((f"{_escape(db)}.{_escape(table)}",))
+
+    @classmethod
     def parse(cls, include: str | None, exclude: str | None) -> "TableFilter":
         """From comma-separated option strings (the Spark option form)."""
         inc = tuple(p.strip() for p in (include or "*.*").split(",") if p.strip())
         exc = tuple(p.strip() for p in (exclude or "").split(",") if p.strip())
         return cls(inc or ("*.*",), exc)
+
+
+def _escape(name: str) -> str:
+    """A name as a glob that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def _any(patterns: tuple[str, ...], db: str, table: str) -> bool:
