@@ -18,6 +18,7 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── EncryptedBinlogError
     │   │   └── UnsupportedEventError   an event that can carry rows, not decodable
     │   ├── SchemaError                 row does not fit the table definition
+    │   │   └── UnsupportedDdlError     a DDL the schema history cannot apply with certainty
     │   │   ├── SchemaBootstrapError    history cannot start at that position
     │   │   └── TableQuarantinedError   a table's rows are held back
     │   ├── PreflightError              server not usable for CDC
@@ -49,6 +50,7 @@ __all__ = [
     "EncryptedBinlogError",
     "UnsupportedEventError",
     "SchemaError",
+    "UnsupportedDdlError",
     "PreflightError",
     "BinlogDisabledError",
     "BinlogFormatError",
@@ -241,3 +243,24 @@ class TableQuarantinedError(SchemaError):
     hint = ("Run `mysqlcdc schema resolve PIPELINE.yaml DB.TABLE --reload` (use the server's "
             "current definition from the quarantine position on) or `--skip` (drop the table's "
             "held-back rows); see README 'Schema history'.")
+
+
+class UnsupportedDdlError(SchemaError):
+    """A DDL statement the schema history cannot apply with certainty.
+
+    ``tables`` holds the (db, table) pairs the statement touches, or None when even
+    those cannot be told; ``sql`` is the statement as the server logged it.
+    """
+
+    code = "DDL_UNSUPPORTED"
+    hint = (
+        "The schema history stopped the tables this statement touches rather than guess their "
+        "columns; re-read their definitions from the server or skip them (see the schema docs "
+        "in README)."
+    )
+
+    def __init__(self, message: str, *, tables: set[tuple[str, str]] | None = None,
+                 sql: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.tables = tables
+        self.sql = sql

@@ -15,7 +15,8 @@ from mysqlcdc.errors import ProtocolError
 from mysqlcdc.protocol.connection import query
 from mysqlcdc.schema.model import ColumnDef, TableDef
 
-__all__ = ["SYSTEM_SCHEMAS", "load_tables", "parse_labels", "charset_of_collation"]
+__all__ = ["SYSTEM_SCHEMAS", "load_tables", "load_databases", "load_server_charset",
+           "load_server_settings", "parse_labels", "charset_of_collation"]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
@@ -54,11 +55,43 @@ def load_tables(conn: pymysql.Connection, include: Include | None = None
     for db, table, *rest in query(conn, _COLUMNS_SQL):
         if include is not None and not include(db, table):
             continue
-        column = _column(rest[:11], is_primary_key=(db, table, rest[0]) in primary)
+        column = _column(rest[:10], is_primary_key=(db, table, rest[0]) in primary)
         columns.setdefault((db, table), []).append(column)
-        charsets[(db, table)] = charset_of_collation(rest[11])
+        charsets[(db, table)] = charset_of_collation(rest[10])
     return {key: TableDef(key[0], key[1], tuple(cols), charset=charsets[key])
             for key, cols in columns.items()}
+
+
+_DATABASES_SQL = f"""
+SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME FROM information_schema.SCHEMATA
+WHERE SCHEMA_NAME NOT IN ({_SKIP})
+"""
+
+
+def load_databases(conn: pymysql.Connection) -> dict[str, str | None]:
+    """Every database outside the system schemas -> its default character set."""
+    return {str(name): (str(cs).lower() if cs else None) for name, cs in query(conn, _DATABASES_SQL)}
+
+
+def load_server_charset(conn: pymysql.Connection) -> str:
+    """``character_set_server``: the default of a new database that names none."""
+    return str(query(conn, "SELECT @@global.character_set_server")[0][0]).lower()
+
+
+def load_server_settings(conn: pymysql.Connection) -> dict:
+    """What decides a new column's definition beyond the DDL text, as Catalog fields.
+
+    ``utf8_name`` is what the server calls ``utf8`` (``utf8mb3`` or, with old_mode
+    changes or older servers, something else); ``explicit_defaults_for_timestamp``
+    decides whether a TIMESTAMP without NULL/NOT NULL is nullable.
+    """
+    (charset, explicit, lower, utf8), = query(
+        conn, "SELECT @@global.character_set_server, @@global.explicit_defaults_for_timestamp, "
+              "@@lower_case_table_names, CHARSET(CONVERT('' USING utf8))")
+    return {"server_charset": str(charset).lower(),
+            "explicit_defaults_for_timestamp": bool(int(explicit)),
+            "lower_case_table_names": int(lower),
+            "utf8_name": str(utf8).lower()}
 
 
 def charset_of_collation(collation: str | None) -> str | None:
