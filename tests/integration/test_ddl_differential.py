@@ -168,6 +168,13 @@ def _statements(db: str) -> list[str]:
         "ALTER TABLE `_en_new` ADD COLUMN `added` INT NULL",
         "RENAME TABLE `en` TO `_en_old`, `_en_new` TO `en`",
         "DROP TABLE IF EXISTS `_en_old`",
+        # sequences are tables too
+        "CREATE SEQUENCE seq1 START WITH 10 INCREMENT BY 2",
+        "CREATE SEQUENCE IF NOT EXISTS seq1",
+        "CREATE OR REPLACE SEQUENCE seq1 MAXVALUE 1000 CYCLE",
+        "ALTER SEQUENCE seq1 RESTART 100",
+        "DROP SEQUENCE seq1",
+        "ALTER TABLE ns ADD `system` INT, ADD COLUMN `period` INT, ADD COLUMN `key` INT",
         # TRUNCATE, DROP
         "TRUNCATE t3",
         "TRUNCATE TABLE t4",

@@ -324,7 +324,10 @@ class BinlogParser:
         hit = self._tm_cache.get(body)
         if hit is not None:
             ev, state, tdef = hit
-            if tdef is None or self.tables(ev.schema, ev.table) is tdef:
+            # reuse it only while the table's definition and inclusion are unchanged (the
+            # schema history may give a new definition, or hold a table back, mid-stream)
+            if (tdef is None or self.tables(ev.schema, ev.table) is tdef) and (
+                    self.include is None or self.include(ev.schema, ev.table) == state.included):
                 self.table_maps[ev.table_id] = state
                 return E.TableMapEvent(header, ev.table_id, ev.schema, ev.table, ev.column_types,
                                        ev.column_metas, ev.nullable, ev.column_names,

@@ -442,6 +442,8 @@ class _ColSpec:
 
 # --------------------------------------------------------------------------- parser
 
+_SEQUENCE_COLUMNS = ("next_not_cached_value", "minimum_value", "maximum_value", "start_value",
+                     "increment", "cache_size", "cycle_option", "cycle_count")
 _INDEX_WORDS = {"INDEX", "KEY", "UNIQUE", "FULLTEXT", "SPATIAL", "FOREIGN", "CHECK", "CONSTRAINT",
                 "PRIMARY"}
 _SKIP_DANGER = {"CHARACTER", "CHARSET", "COLLATE", "CONVERT", "CHANGE", "MODIFY", "RENAME",
@@ -730,7 +732,7 @@ class _Parser:
         replace_ = self.accept("OR", "REPLACE")
         temporary = self.accept("TEMPORARY")
         if self.accept("SEQUENCE"):
-            self.fail("CREATE SEQUENCE")
+            return self.create_sequence(replace_, temporary)
         self.expect("TABLE")
         if_not_exists = self.accept("IF", "NOT", "EXISTS")
         key = self.table_name()
@@ -775,6 +777,35 @@ class _Parser:
         charset = self.table_options(create=True)
         table_charset = charset if charset is not None else self.cat.databases.get(key[0])
         after = self.build_table(key, specs, pk, table_charset)
+        return [TableChange("create", key[0], key[1], before=before, after=after)]
+
+    def create_sequence(self, replace_: bool, temporary: bool) -> list[TableChange]:
+        """MariaDB sequences are tables with eight fixed columns."""
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        key = self.table_name()
+        before = self.cat.tables.get(key)
+        if temporary:
+            if before is not None:
+                self.fail("a temporary sequence that hides a base table of the same name")
+            return []
+        if if_not_exists and before is not None:
+            return []
+        if before is not None and not replace_:
+            self.fail(f"table {key[0]}.{key[1]} already exists in the schema history", near=False)
+        depth = 0
+        while not self.done():  # options only set values; AS <type> (newer servers) changes columns
+            t = self.next()
+            depth += (t.up == "(") - (t.up == ")")
+            if depth == 0 and t.kind == "word" and t.up in ("AS", "LIKE", "SELECT"):
+                self.i -= 1
+                self.fail("sequence option not understood")
+        columns = tuple(
+            ColumnDef(name, "tinyint" if name == "cycle_option" else "bigint",
+                      unsigned=name in ("cache_size", "cycle_option"), nullable=False,
+                      column_type=("tinyint(1) unsigned" if name == "cycle_option" else
+                                   "bigint(21) unsigned" if name == "cache_size" else "bigint(21)"))
+            for name in _SEQUENCE_COLUMNS)
+        after = TableDef(key[0], key[1], columns, charset=self.cat.databases.get(key[0]))
         return [TableChange("create", key[0], key[1], before=before, after=after)]
 
     def create_item(self, specs: list[_ColSpec]) -> list[str] | None:
@@ -1227,7 +1258,10 @@ class _Parser:
             if self.cat.explicit_defaults_for_timestamp is None:
                 self.fail("TIMESTAMP without NULL/NOT NULL and explicit_defaults_for_timestamp "
                           "unknown")
-            nullable = self.cat.explicit_defaults_for_timestamp or spec.has_default_null
+            if not self.cat.explicit_defaults_for_timestamp and spec.has_default_null:
+                self.fail("TIMESTAMP DEFAULT NULL without NULL under "
+                          "explicit_defaults_for_timestamp=OFF")
+            nullable = self.cat.explicit_defaults_for_timestamp
         else:
             nullable = True
         if data_type == "timestamp" and spec.null is True:
@@ -1292,7 +1326,7 @@ class _Parser:
     def alter_spec(self, op: _Alter) -> None:
         if self.accept("ADD"):
             if self.at("COLUMN") or not (self.at_any(_INDEX_WORDS) or self.at("PERIOD", "FOR")
-                                          or self.at("PARTITION") or self.at("SYSTEM")):
+                                          or self.at("PARTITION") or self.at("SYSTEM", "VERSIONING")):
                 self.accept("COLUMN")
                 if_not = self.accept("IF", "NOT", "EXISTS")
                 if self.accept("("):
@@ -1312,7 +1346,7 @@ class _Parser:
                 spec = self.column_spec()
                 op.defs.append(("add", None, spec, self.position(), if_not))
                 return
-            if self.at("SYSTEM"):
+            if self.at("SYSTEM", "VERSIONING"):
                 self.fail("system versioning")
             if self.at("PERIOD", "FOR", "SYSTEM_TIME"):
                 self.fail("system versioning")
