@@ -148,14 +148,29 @@ class Catalog:
 _DATABASE_WORDS = ("DATABASE", "SCHEMA")
 
 
+_DDL_VERBS = frozenset({"CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE", "IMPORT"})
+_LEADING_COMMENTS = re.compile(r"(?:\s+|/\*(?!!|M!).*?\*/|--[ \t][^\n]*|#[^\n]*)*", re.S)
+_FIRST_WORD = re.compile(r"[A-Za-z]+")
+
+
 def classify(sql: str) -> str:
-    """"ddl" (may change table definitions), "database" or "ignore"."""
+    """"ddl" (may change table definitions), "database" or "ignore".
+
+    Cheap for the statements most QUERY events carry (BEGIN, COMMIT, DML in
+    statement format): only a statement that starts with a DDL verb, or with a
+    versioned comment, is tokenized.
+    """
+    rest = sql[_LEADING_COMMENTS.match(sql).end():]
+    if not rest.startswith("/*"):
+        first = _FIRST_WORD.match(rest)
+        if first is None or first.group(0).upper() not in _DDL_VERBS:
+            return "ignore"
     try:
         words = _lead(_tokenize(sql))
     except _Unsupported:
         first = re.match(r"\s*([A-Za-z]+)", _strip_comments_roughly(sql))
         verb = first.group(1).upper() if first else ""
-        return "ddl" if verb in ("CREATE", "ALTER", "DROP", "RENAME", "TRUNCATE") else "ignore"
+        return "ddl" if verb in _DDL_VERBS else "ignore"
     return _classify_words(words)
 
 
@@ -653,7 +668,8 @@ class _Parser:
         return self.at("CHARACTER", "SET") or self.at("CHARSET") or self.at("CHAR", "SET")
 
     def accept_charset_kw(self) -> bool:
-        return self.accept("CHARACTER", "SET") or self.accept("CHARSET") or self.accept("CHAR", "SET")
+        return (self.accept("CHARACTER", "SET") or self.accept("CHARSET")
+                or self.accept("CHAR", "SET"))
 
     # ----- statements
     def statement(self) -> list[TableChange]:
@@ -755,7 +771,8 @@ class _Parser:
                 self.fail("CREATE TABLE ... LIKE with more clauses")
             source = self.cat.tables.get(src)
             if source is None:
-                self.fail(f"source table {src[0]}.{src[1]} is not in the schema history", near=False)
+                self.fail(f"source table {src[0]}.{src[1]} is not in the schema history",
+                          near=False)
             after = replace(source, db=key[0], name=key[1])
             return [TableChange("create", key[0], key[1], before=before, after=after)]
         specs: list[_ColSpec] = []
@@ -1110,7 +1127,7 @@ class _Parser:
         self.fail("data type not supported")
 
     def skip_value(self) -> None:
-        """One DEFAULT / ON UPDATE value: a literal, a name, a call or a parenthesised expression."""
+        """One DEFAULT / ON UPDATE value: a literal, name, call or parenthesised expression."""
         while self.at("-") or self.at("+") or self.at("~"):
             self.i += 1
         t = self.peek()
@@ -1184,8 +1201,8 @@ class _Parser:
                     self.fail("generated column without an expression")
                 self.skip_parens()
                 spec.generated = True
-                if not (self.accept("VIRTUAL") or self.accept("PERSISTENT") or self.accept("STORED")):
-                    pass  # VIRTUAL by default
+                # VIRTUAL when none is given
+                self.accept("VIRTUAL") or self.accept("PERSISTENT") or self.accept("STORED")
             elif self.accept("REFERENCES"):
                 self.table_name()
                 if self.at("("):
@@ -1325,8 +1342,9 @@ class _Parser:
 
     def alter_spec(self, op: _Alter) -> None:
         if self.accept("ADD"):
-            if self.at("COLUMN") or not (self.at_any(_INDEX_WORDS) or self.at("PERIOD", "FOR")
-                                          or self.at("PARTITION") or self.at("SYSTEM", "VERSIONING")):
+            if self.at("COLUMN") or not (
+                    self.at_any(_INDEX_WORDS) or self.at("PERIOD", "FOR") or self.at("PARTITION")
+                    or self.at("SYSTEM", "VERSIONING")):
                 self.accept("COLUMN")
                 if_not = self.accept("IF", "NOT", "EXISTS")
                 if self.accept("("):
@@ -1385,7 +1403,8 @@ class _Parser:
                 return
             if self.at("SYSTEM", "VERSIONING"):
                 self.fail("system versioning")
-            if self.at_any({"FOREIGN", "CONSTRAINT", "CHECK", "PARTITION"}) or self.at("PERIOD", "FOR"):
+            if self.at_any({"FOREIGN", "CONSTRAINT", "CHECK", "PARTITION"}) \
+                    or self.at("PERIOD", "FOR"):
                 self.skip_item(danger=False)
                 return
             self.accept("COLUMN")
