@@ -151,10 +151,28 @@ def _statements(db: str) -> list[str]:
         "ALTER TABLE parts ADD COLUMN w INT, ALGORITHM=INPLACE",
         "ALTER TABLE parts COALESCE PARTITION 2",
         "ALTER TABLE parts REMOVE PARTITIONING",
+        "CREATE TABLE rp (id INT, v INT) PARTITION BY RANGE (id) (PARTITION p0 VALUES LESS THAN "
+        "(10), PARTITION p1 VALUES LESS THAN (20), PARTITION p2 VALUES LESS THAN MAXVALUE)",
+        "ALTER TABLE rp DROP PARTITION p0, p1",
+        "ALTER TABLE rp ADD COLUMN w INT",
+        "ALTER TABLE rp ORDER BY v DESC, id",
         "ALTER TABLE `odd ``name`` .x` CHANGE `col ü` `col ö` BIGINT, ADD `new``col` INT",
         "/*!40000 ALTER TABLE `ver` DISABLE KEYS */",
         "/*!40000 ALTER TABLE `ver` ENABLE KEYS */",
         "ALTER TABLE ver MODIFY b VARCHAR(3) /*!50100 CHARACTER SET utf8mb4 */",
+        "CREATE TABLE tricky (a INT, b INT, c INT DEFAULT (a + 1), id INT NOT NULL PRIMARY KEY)",
+        "ALTER TABLE tricky ADD COLUMN d INT AFTER a, ADD COLUMN e INT AFTER d",
+        "ALTER TABLE tricky CHANGE a b INT, CHANGE b a INT FIRST",
+        "ALTER TABLE tricky DROP COLUMN e, ADD COLUMN e VARCHAR(3) FIRST",
+        "ALTER TABLE tricky MODIFY id INT NULL",
+        "ALTER TABLE tricky ADD x1 TEXT(255), ADD x2 TEXT(256), ADD x3 BLOB(255), ADD x4 BLOB(256), "
+        "ADD x5 TEXT(63) CHARSET utf8mb4, ADD x6 TEXT(64) CHARSET utf8mb4, ADD x7 TEXT(16777215), "
+        "CHARSET latin1",
+        "CREATE TABLE mb3 (a TINYTEXT, b TEXT, c MEDIUMTEXT, d VARCHAR(300), e CHAR(5)) CHARSET utf8mb3",
+        "ALTER TABLE mb3 CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci",
+        "ALTER TABLE mb3 CONVERT TO CHARACTER SET ucs2",
+        "ALTER TABLE mb3 CONVERT TO CHARACTER SET latin1",
+        "ALTER TABLE mb3 ADD COLUMN `Mixed` INT, DROP COLUMN A, CHANGE `B` b_new TEXT",
         # RENAME: plain, via ALTER, swaps as gh-ost and pt-online-schema-change do
         "ALTER TABLE t2 RENAME TO t2b",
         "ALTER TABLE t2b RENAME t2c, ADD COLUMN q INT",

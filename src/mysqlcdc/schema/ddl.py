@@ -596,6 +596,26 @@ class _Parser:
                 self.fail("clause not understood")
             self.i += 1
 
+    def skip_to_end(self) -> None:
+        while not self.done():
+            if self.at("("):
+                self.skip_parens()
+            else:
+                self.i += 1
+
+    def order_by_list(self) -> None:
+        """``ORDER BY a [ASC], b ...``: the list ends where a comma starts another clause."""
+        while True:
+            self.ident()
+            self.accept("ASC") or self.accept("DESC")
+            after = self.peek(2)
+            if self.at(",") and self.peek(1) is not None \
+                    and self.peek(1).kind in ("word", "ident") \
+                    and (after is None or after.up in (",", "ASC", "DESC")):
+                self.i += 1
+                continue
+            return
+
     def skip_wait(self) -> None:
         if self.accept("WAIT"):
             self.number()
@@ -910,11 +930,7 @@ class _Parser:
         if self.at("WITH", "SYSTEM", "VERSIONING"):
             self.fail("system versioning")
         if self.at("PARTITION", "BY"):
-            while not self.done():
-                if self.at("("):
-                    self.skip_parens()
-                else:
-                    self.i += 1
+            self.skip_to_end()
             return "partition", None
         if self.accept("START", "TRANSACTION"):
             return "other", None
@@ -1369,7 +1385,7 @@ class _Parser:
             if self.at("PERIOD", "FOR", "SYSTEM_TIME"):
                 self.fail("system versioning")
             if self.at("PARTITION"):
-                self.skip_item(danger=False)
+                self.skip_to_end()
                 return
             if self.at("PERIOD"):
                 self.skip_item()
@@ -1403,8 +1419,10 @@ class _Parser:
                 return
             if self.at("SYSTEM", "VERSIONING"):
                 self.fail("system versioning")
-            if self.at_any({"FOREIGN", "CONSTRAINT", "CHECK", "PARTITION"}) \
-                    or self.at("PERIOD", "FOR"):
+            if self.at("PARTITION"):
+                self.skip_to_end()
+                return
+            if self.at_any({"FOREIGN", "CONSTRAINT", "CHECK"}) or self.at("PERIOD", "FOR"):
                 self.skip_item(danger=False)
                 return
             self.accept("COLUMN")
@@ -1462,11 +1480,11 @@ class _Parser:
                 or self.accept("REMOVE", "PARTITIONING"):
             return
         if self.accept("ORDER", "BY"):
-            self.skip_item()
+            self.order_by_list()
             return
         if self.at_any(_PARTITION_OPS) and self.peek(1) is not None and \
                 self.peek(1).up in ("PARTITION", "PARTITIONING"):
-            self.skip_item(danger=False)
+            self.skip_to_end()  # partition operations stand alone and may list partitions
             return
         got = self.table_option()
         if got is None:

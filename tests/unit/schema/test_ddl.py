@@ -242,6 +242,13 @@ def test_index_options_and_clauses_do_not_change_columns():
                 "ALTER TABLE t NOWAIT ADD CONSTRAINT ck CHECK (a > 0), DROP CONSTRAINT ck",
                 "ALTER TABLE t ADD FOREIGN KEY (a) REFERENCES u (id) ON DELETE SET NULL",
                 "ALTER TABLE t RENAME INDEX i TO j, ORDER BY a",
+                "ALTER TABLE t ORDER BY a DESC, b, c ASC",
+                "ALTER TABLE t ORDER BY a, b, ALGORITHM=COPY",
+                "ALTER TABLE t DROP PARTITION p0, p1",
+                "ALTER TABLE t TRUNCATE PARTITION p0, p1",
+                "ALTER TABLE t ADD PARTITION (PARTITION p3 VALUES LESS THAN (30))",
+                "ALTER TABLE t REORGANIZE PARTITION p0, p1 INTO (PARTITION p01 VALUES LESS THAN (20))",
+                "ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE u WITHOUT VALIDATION",
                 "ALTER TABLE t PARTITION BY HASH (a) PARTITIONS 4",
                 "ALTER TABLE t COALESCE PARTITION 2", "ALTER TABLE t REMOVE PARTITIONING"]:
         [change] = apply_ddl(cat, sql, DB)
