@@ -73,6 +73,10 @@ class Catalog:
     column then raises. ``utf8_name`` is what the server calls ``utf8``
     (``utf8mb3`` on current servers). ``lower_case_table_names`` = 1 folds
     database and table names to lower case as the server does.
+
+    A table missing from ``tables`` is taken not to exist where that decides the
+    outcome (CREATE TABLE IF NOT EXISTS creates it, DROP TABLE of it changes
+    nothing); ALTER, TRUNCATE, RENAME and CREATE ... LIKE of a missing table raise.
     """
 
     tables: dict[Key, TableDef] = field(default_factory=dict)
