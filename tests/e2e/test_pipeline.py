@@ -88,9 +88,14 @@ def test_changelog_equals_workload(spark, mariadb, fresh_db, source_options, tmp
         query.processAllAvailable()
     finally:
         query.stop()
-    rows = spark.read.parquet(out).orderBy("seq").collect()
+    everything = spark.read.parquet(out).orderBy("seq").collect()
+    rows = [r for r in everything if r["op"] != "s"]
     got = [(r["table"], r["op"], json.loads(r["key"])["id"]) for r in rows]
     assert got == expected
+    # the tables were created inside the range: one schema-change record each, before its rows
+    created = [(r["table"], r["query"].split("(")[0].strip()) for r in everything if r["op"] == "s"]
+    assert created == [("account", "CREATE TABLE `%s`.account" % fresh_db),
+                       ("note", "CREATE TABLE `%s`.note" % fresh_db)]
     assert len({r["seq"] for r in rows}) == len(rows)
     assert all(r["db"] == fresh_db for r in rows)
     if extra.get("maxEventsPerBatch") == 25:
@@ -120,7 +125,11 @@ def test_values_and_envelope_fields(spark, mariadb, fresh_db, source_options, tm
           .options(**source_options(startingPosition=start, endingPosition=end,
                                     include=f"{fresh_db}.v")).load())
     rows = df.orderBy("seq").collect()
-    assert [r["op"] for r in rows] == ["c", "u", "d"]
+    assert [r["op"] for r in rows] == ["s", "c", "u", "d"]
+    created, rows = rows[0], rows[1:]
+    assert [c["name"] for c in json.loads(created["after"])["columns"]] == \
+        ["id", "u", "d", "t", "ts", "s", "b", "e"]
+    assert created["before"] is None and created["query"].startswith("CREATE TABLE")
     after = json.loads(rows[0]["after"])
     assert after == {"id": 1, "u": 18446744073709551615, "d": "-1." + "5" + "0" * 29,
                      "t": "-838:59:59.000000", "ts": "2024-02-29T13:45:07.123Z", "s": [],

@@ -13,15 +13,18 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 
-from mysqlcdc.binlog.events import RowsEvent, TableMapEvent
+from mysqlcdc.binlog.events import (MariadbAnnotateRowsEvent, QueryEvent, RowsEvent,
+                                    RowsQueryEvent, TableMapEvent)
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.envelope.builder import EnvelopeBuilder
+from mysqlcdc.envelope.model import OP_SCHEMA, OP_TRUNCATE
 from mysqlcdc.errors import ConnectionLostError, SchemaError
+from mysqlcdc.schema.history import SchemaView
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.types import BinlogPosition, binlog_file_number
 
-__all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "iter_change_batches"]
+__all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "iter_change_batches"]
 
 TableLookup = Callable[[str, str], TableDef | None]
 
@@ -43,12 +46,57 @@ class FileEvent:
     artificial: bool = False
 
 
-class ChangeDecoder:
-    """Decodes raw events into envelope rows and remembers the last boundary."""
+class HistoryLookup:
+    """``tables(db, table)`` for the parser, answered from a schema view at the
+    position of the event being decoded (``at``, set by the ChangeDecoder).
 
-    def __init__(self, parser: BinlogParser, tables: TableLookup | None = None) -> None:
+    ``include(db, table)`` wraps the task's filter: a table whose rows are held
+    back at ``at`` (quarantined) is not decoded at all."""
+
+    def __init__(self, view: SchemaView) -> None:
+        self.view = view
+        self.at: tuple[int, int, int] = (0, 0, 0)
+        self.held_any = bool(view.quarantines)
+
+    def __call__(self, db: str, table: str) -> TableDef | None:
+        return self.view.definition_at((db, table), self.at)
+
+    def including(self, include: Callable[[str, str], bool] | None) -> Callable[[str, str], bool]:
+        memo: dict[tuple[str, str], bool] = {}
+        view = self.view
+
+        def included(db: str, table: str) -> bool:
+            key = (db, table)
+            ok = memo.get(key)
+            if ok is None:
+                ok = memo[key] = include is None or bool(include(db, table))
+            if ok and self.held_any and view.held_at(key, self.at):
+                return False
+            return ok
+        return included
+
+
+class ChangeDecoder:
+    """Decodes raw events into envelope rows and remembers the last boundary.
+
+    With a :class:`HistoryLookup` as ``tables``, definitions follow the schema
+    history, rows of held-back tables are dropped, and every DDL the history
+    recorded becomes a schema-change record (``op`` ``s``, or ``t`` for TRUNCATE).
+    ``include_query`` puts the statement text of ANNOTATE_ROWS / ROWS_QUERY
+    events (when the server writes them) into the ``query`` field of each row.
+    """
+
+    def __init__(self, parser: BinlogParser, tables: TableLookup | None = None, *,
+                 include: Callable[[str, str], bool] | None = None,
+                 include_query: bool = False) -> None:
         self.parser = parser
         self.tables = tables
+        self.history = tables if isinstance(tables, HistoryLookup) else None
+        if self.history is not None:
+            parser.include = self.history.including(include or parser.include)
+        self.include = include or parser.include
+        self.include_query = include_query
+        self.query: str | None = None
         self.builder = EnvelopeBuilder()
         self.tracker = TxnTracker()
         self.keys: dict[int, tuple[str, ...] | None] = {}
@@ -59,11 +107,13 @@ class ChangeDecoder:
 
     def feed(self, raw: RawEventLike) -> None:
         """Decode one raw event; artificial ones only update decoder state."""
+        if raw.file != self._file and not raw.artificial:
+            self._file, self._file_number = raw.file, binlog_file_number(raw.file)
+        if self.history is not None:
+            self.history.at = (self._file_number, raw.pos, 0)
         events = self.parser.parse(raw.data, raw.pos)
         if raw.artificial:
             return
-        if raw.file != self._file:
-            self._file, self._file_number = raw.file, binlog_file_number(raw.file)
         self.events += 1
         row_index = 0
         boundary = False
@@ -74,33 +124,61 @@ class ChangeDecoder:
                 continue
             if isinstance(ev, TableMapEvent):
                 self.keys[ev.table_id] = self._key_columns(ev)
+            elif isinstance(ev, QueryEvent):
+                if self.history is not None:
+                    self._schema_changes(ev, raw)
+            elif isinstance(ev, (MariadbAnnotateRowsEvent, RowsQueryEvent)):
+                if self.include_query:
+                    self.query = ev.query
             boundary = self.tracker.observe(ev, raw.file, raw.pos)
         if boundary:
+            self.query = None
             self.boundary = TxnTracker.next_position(events[-1], raw.file, raw.pos + len(raw.data))
 
     def _rows(self, ev: RowsEvent, raw: RawEventLike, row_index: int) -> int:
         self.tracker.observe(ev, raw.file, raw.pos)   # opens a txn context if needed
         if ev.rows is None:
             return row_index
+        if self.history is not None and self.history.view.before_catchup(self.history.at):
+            return row_index      # a catch-up task: rows up to the quarantine were emitted
         return self.builder.add_rows(
             ev.kind, ev.schema, ev.table, ev.rows, self.keys.get(ev.table_id),
-            self.tracker.ctx, raw.file, self._file_number, raw.pos, row_index,
+            self.tracker.ctx, raw.file, self._file_number, raw.pos, row_index, self.query,
         )
+
+    def _schema_changes(self, ev: QueryEvent, raw: RawEventLike) -> None:
+        """Schema-change records for the DDL at this position, as the history has them."""
+        view = self.history.view
+        if view.before_catchup(self.history.at):
+            return
+        for change in view.changes_at(raw.file, raw.pos):
+            if change.kind == "trust" or not self.include(change.db, change.table):
+                continue
+            op = OP_TRUNCATE if change.kind == "truncate" else OP_SCHEMA
+            self.builder.add_event(
+                op, change.db, change.table,
+                None if change.before is None or op == OP_TRUNCATE else change.before.to_json(),
+                None if op == OP_TRUNCATE or change.definition is None
+                else change.definition.to_json(),
+                change.ddl, self.tracker.ctx, raw.file, self._file_number, raw.pos,
+            )
 
     def _key_columns(self, ev: TableMapEvent) -> tuple[str, ...] | None:
         if ev.primary_key and ev.column_names:
             return tuple(ev.column_names[i] for i in ev.primary_key)
+        state = self.parser.table_maps.get(ev.table_id)
+        if state is not None and not state.included:
+            return None           # not decoded: filtered out or held back
         table = self.tables(ev.schema, ev.table) if self.tables else None
         if table is None:
             return None
         if ev.column_names is None and len(table.columns) != len(ev.column_types):
             raise SchemaError(
-                f"{ev.schema}.{ev.table}: the binlog row has {len(ev.column_types)} columns but the "
-                f"table definition read from information_schema has {len(table.columns)} "
-                f"({', '.join(table.column_names)}); the table changed after these events were "
-                "written, so its rows cannot be named safely",
-                hint="Set binlog_row_metadata=FULL on the server, or restart the pipeline from a "
-                "position after the DDL (the versioned schema history will remove this limit).",
+                f"{ev.schema}.{ev.table}: the binlog row has {len(ev.column_types)} columns but "
+                f"the table definition in force there has {len(table.columns)} "
+                f"({', '.join(table.column_names)}), so its rows cannot be named safely",
+                hint="Check `mysqlcdc schema history` for this table; set "
+                "binlog_row_metadata=FULL on the server to carry names in the binlog.",
             )
         return table.primary_key or None
 

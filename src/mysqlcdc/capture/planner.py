@@ -12,12 +12,14 @@ from dataclasses import dataclass
 import pymysql
 
 from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.capture.filters import TableFilter
+from mysqlcdc.capture.history import SchemaKeeper
 from mysqlcdc.capture.server import current_position, earliest_position
 from mysqlcdc.capture.task import RangeTask
 from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.protocol.connection import connect_sql
 from mysqlcdc.protocol.stream import ReplicationStream, RetryPolicy
-from mysqlcdc.schema.introspect import load_tables
+from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["RangePlanner", "Scan"]
@@ -36,8 +38,11 @@ class RangePlanner:
     def __init__(self, options) -> None:   # options: spark.options.SourceOptions
         self.options = options
         self._conn = None
-        self._definitions = None
         self._last_scan: Scan | None = None
+        self.history = SchemaHistory(options.schema_history)
+        self.keeper = SchemaKeeper(self.history, options.tables, self._sql,
+                                   bootstrap=options.schema_bootstrap)
+        self._processed: tuple[BinlogPosition, BinlogPosition] | None = None
 
     # -- server facts -------------------------------------------------------
     def _sql(self):
@@ -58,44 +63,73 @@ class RangePlanner:
             return current_position(self._sql())
         return BinlogPosition.parse(spec)
 
-    def definitions(self):
-        if self._definitions is None:
-            self._definitions = load_tables(self._sql(), self.options.tables)
-        return self._definitions
+    def _ensure_history(self, start: BinlogPosition) -> None:
+        """Bootstrap (or load) the schema history before planning from ``start``."""
+        if self.keeper.catalog is None:
+            current = current_position(self._sql())
+            self.keeper.ensure(start, current, lambda a, b, observe: self.scan(a, b, None, observe))
+
+    def _process(self, start: BinlogPosition, end: BinlogPosition) -> None:
+        """Bring the history up to ``end``: every DDL and TABLE_MAP of the range seen."""
+        if self._processed == (start, end) or end <= start:
+            return
+        self.scan(start, end, None)
 
     # -- planning -----------------------------------------------------------
     def next_end(self, start: BinlogPosition, max_events: int | None) -> BinlogPosition:
         """The end of the next micro-batch: the server's position, or the first
         transaction boundary after ``max_events`` events."""
+        self._ensure_history(start)
         target = current_position(self._sql())
         if target <= start:
             return start
-        if max_events is None and self.options.parallelism == 1:
-            return target
         scan = self.scan(start, target, max_events)
         return scan.end
 
     def tasks(self, start: BinlogPosition, end: BinlogPosition) -> list[RangeTask]:
         if end <= start:
             return []
+        self._ensure_history(start)
+        self.history.reload()              # a `mysqlcdc schema resolve` may have written
+        for r in list(self.history.unplanned()):
+            self.history.mark_planned(r, start)
+            self.keeper.resolved(r.db, r.table, r.definition if r.action == "reload" else None)
+        self._process(start, end)
         ranges = [(start, end)]
         if self.options.parallelism > 1:
             scan = self._last_scan
             if scan is None or (scan.start, scan.end) != (start, end):
                 scan = self.scan(start, end, None)
             ranges = split(scan, self.options.parallelism)
-        return [self._task(i, a, b) for i, (a, b) in enumerate(ranges)]
+        view = self.history.view(self.options.tables, batch_start=start)
+        tasks = [self._task(i, a, b, view) for i, (a, b) in enumerate(ranges)]
+        for q, _ in self.history.catchups(start):
+            tasks.append(self._catchup(len(tasks), q, start))
+        return tasks
 
-    def _task(self, index: int, start: BinlogPosition, end: BinlogPosition) -> RangeTask:
+    def _task(self, index: int, start: BinlogPosition, end: BinlogPosition,
+              view: SchemaView, tables: TableFilter | None = None) -> RangeTask:
         o = self.options
         return RangeTask(
             settings=o.settings, server_id=o.server_id + 1 + index, start=start, end=end,
-            tables=o.tables, definitions=self.definitions(), batch_rows=o.batch_rows,
+            tables=tables or o.tables, schema=view, batch_rows=o.batch_rows,
+            include_query=o.include_query,
             retry=RetryPolicy(attempts=o.reconnect_attempts, max_delay=o.reconnect_max_delay),
         )
 
-    def scan(self, start: BinlogPosition, stop: BinlogPosition, max_events: int | None) -> Scan:
-        """Walk event headers from ``start``; stop at ``stop`` or after ``max_events``."""
+    def _catchup(self, index: int, q: Quarantine, start: BinlogPosition) -> RangeTask:
+        """Re-read a resolved table's held-back rows: ``[q.since, start)``, that table only."""
+        only = TableFilter.exact(q.db, q.table)
+        view = self.history.view(only, batch_start=start, catchup=q)
+        return self._task(index, q.since, start, view, only)
+
+    def scan(self, start: BinlogPosition, stop: BinlogPosition, max_events: int | None,
+             observe=None) -> Scan:
+        """Walk event headers from ``start``; stop at ``stop`` or after ``max_events``.
+
+        Every event is shown to the schema keeper (or to ``observe``) in order."""
+        if observe is None:
+            observe = self.keeper.observer(start)
         parser = BinlogParser(include=lambda db, table: False, file=start.file)
         tracker = TxnTracker()
         boundaries: list[tuple[BinlogPosition, int]] = []
@@ -104,9 +138,12 @@ class RangePlanner:
                                    start=start)
         try:
             for raw in stream:
+                if not raw.artificial and raw.file == stop.file and raw.pos >= stop.pos:
+                    break
                 events = parser.parse(raw.data, raw.pos)
                 if raw.artificial:
                     continue
+                observe(raw.file, raw.pos, events)
                 count += 1
                 boundary = False
                 for ev in events:
@@ -120,6 +157,8 @@ class RangePlanner:
         finally:
             stream.close()
         self._last_scan = Scan(start, end, boundaries)
+        if observe is self.keeper.observe:
+            self._processed = (start, end)
         return self._last_scan
 
     def close(self) -> None:

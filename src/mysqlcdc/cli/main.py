@@ -104,6 +104,64 @@ def decode(files: list[Path] = typer.Argument(..., help="Local binlog files, in 
         _fail(err)
 
 
+schema_app = typer.Typer(no_args_is_help=True,
+                         help="Inspect and repair a pipeline's schema history.")
+app.add_typer(schema_app, name="schema")
+
+
+@schema_app.command("history")
+def schema_history(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+    table: Optional[str] = typer.Argument(None, help="DB.TABLE; all tables if omitted."),
+) -> None:
+    """Show a table's versions and the positions where they changed."""
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.pipeline.schema_admin import table_timeline
+
+    try:
+        rows = table_timeline(load_pipeline(pipeline), table)
+    except MysqlcdcError as err:
+        _fail(err)
+    t = Table(title=f"schema history{' of ' + table if table else ''}")
+    for name in ("position", "table", "what", "columns", "ddl / reason"):
+        t.add_column(name, overflow="fold")
+    for r in rows:
+        if r["what"] == "quarantine":
+            state = f"resolved: {r['resolved']}" if r["resolved"] else "OPEN"
+            detail = f"{state}; {r['reason']}" + (f"; DDL: {r['ddl']}" if r["ddl"] else "")
+            cols = ""
+        else:
+            detail = r["ddl"] or ""
+            cols = "(none)" if r["names"] is None else ", ".join(
+                f"{n} {c}" for n, c in zip(r["names"], r["columns"]))
+        t.add_row(r["position"], r["table"], r["what"], cols, detail)
+    out.print(t)
+
+
+@schema_app.command("resolve")
+def schema_resolve(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+    table: str = typer.Argument(..., help="The quarantined DB.TABLE."),
+    reload: bool = typer.Option(False, "--reload", help="Use the server's current definition "
+                                "of the table from the quarantine position on, and re-read the "
+                                "rows held back since."),
+    skip: bool = typer.Option(False, "--skip", help="Drop the table's held-back rows and stop "
+                              "capturing it."),
+) -> None:
+    """Release a quarantined table: --reload its definition, or --skip it."""
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.errors import ConfigError
+    from mysqlcdc.pipeline.schema_admin import resolve_table
+
+    try:
+        if reload == skip:
+            raise ConfigError("choose exactly one of --reload and --skip")
+        for line in resolve_table(load_pipeline(pipeline), table, "reload" if reload else "skip"):
+            out.print(line, highlight=False)
+    except MysqlcdcError as err:
+        _fail(err)
+
+
 @app.command()
 def version() -> None:
     """Print the mysqlcdc version."""

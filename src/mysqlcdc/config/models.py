@@ -215,6 +215,20 @@ class SourceConfig(_Model):
     reconnect: ReconnectConfig = Field(
         default_factory=ReconnectConfig, description="Reconnect policy after a dropped connection."
     )
+    schema_bootstrap: Literal["exact", "current"] = Field(
+        "exact",
+        description="How the schema history starts when `start` is older than the server's "
+        "current position. `exact`: only when no DDL in between touches a table that exists "
+        "today (tables created in between are fine); otherwise stop with "
+        "SCHEMA_BOOTSTRAP_UNSAFE. `current`: accept today's definitions for the older events "
+        "(a TABLE_MAP that disagrees still quarantines its table).",
+    )
+    include_query: bool = Field(
+        False,
+        description="Put the SQL statement that changed each row in the envelope's `query` "
+        "field (MariaDB ANNOTATE_ROWS, on by default there; MySQL ROWS_QUERY, needs "
+        "`binlog_rows_query_log_events=ON`). Null when the server did not write it.",
+    )
 
     _password: Secret = PrivateAttr(default_factory=lambda: Secret(""))
 

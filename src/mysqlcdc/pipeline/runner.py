@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from mysqlcdc.capture.server import preflight
@@ -20,7 +21,7 @@ from mysqlcdc.spark.checkpoint import latest_offset, local_dir
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
-           "checkpoint_position", "sink_checkpoint", "checked_preflight"]
+           "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ def source_options(cfg: PipelineConfig) -> dict[str, str]:
         "connectTimeout": str(max(1, int(src.connect_timeout_s))),
         "reconnectAttempts": str(src.reconnect.attempts),
         "reconnectMaxDelay": str(max(1, int(src.reconnect.max_delay_s))),
+        "schemaBootstrap": src.schema_bootstrap,
+        "includeQuery": str(src.include_query).lower(),
     }
     ssl = _ssl(cfg) or {}
     for key in ("ca", "cert", "key"):
@@ -69,6 +72,13 @@ def source_options(cfg: PipelineConfig) -> dict[str, str]:
 def sink_checkpoint(cfg: PipelineConfig, index: int) -> str:
     """``<checkpoint>/<index>-<type>``; kept a string so URIs (s3a://...) survive."""
     return f"{cfg.spark.checkpoint.rstrip('/')}/{index}-{cfg.sinks[index].type}"
+
+
+def schema_history_dir(cfg: PipelineConfig, index: int) -> str | None:
+    """Where sink ``index``'s query keeps its schema history: beside Spark's checkpoint
+    files, so the two go (and are deleted) together. None for a remote checkpoint."""
+    local = local_dir(sink_checkpoint(cfg, index))
+    return None if local is None else str(Path(local).resolve() / "mysqlcdc-schema")
 
 
 def checkpoint_position(checkpoint: str) -> BinlogPosition | None:
@@ -112,10 +122,17 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
     from mysqlcdc.sinks.changelog import start_changelog
     from mysqlcdc.sinks.console import start_console
 
-    df = spark.readStream.format("mysqlcdc").options(**source_options(cfg)).load()
     queries = []
     for index, sink in enumerate(cfg.sinks):
         checkpoint = sink_checkpoint(cfg, index)
+        options = source_options(cfg)
+        history = schema_history_dir(cfg, index)
+        if history is None:
+            log.warning("checkpoint %s is not a local folder: the schema history of sink %d is "
+                        "kept in memory and bootstrapped again at every start", checkpoint, index)
+        else:
+            options["schemaHistory"] = history
+        df = spark.readStream.format("mysqlcdc").options(**options).load()
         name = f"{cfg.name}-{index}-{sink.type}"
         trigger = cfg.spark.trigger_interval
         if isinstance(sink, ChangelogSinkConfig):

@@ -13,6 +13,12 @@ Options (case-insensitive, as Spark passes them)::
     batchRows                        rows per Arrow record batch (default 8192)
     ssl.ca, ssl.cert, ssl.key, ssl.verifyCert, ssl.verifyIdentity
     connectTimeout, reconnectAttempts, reconnectMaxDelay
+    schemaHistory                    folder of the schema history (kept in memory if unset:
+                                     then every start bootstraps it again)
+    schemaBootstrap                  exact (default) | current: accept today's table
+                                     definitions for older events (see README)
+    includeQuery                     true: the statement text (ANNOTATE_ROWS / ROWS_QUERY)
+                                     in each row's ``query`` field
 """
 
 from __future__ import annotations
@@ -71,6 +77,9 @@ class SourceOptions:
     batch_rows: int
     reconnect_attempts: int
     reconnect_max_delay: float
+    schema_history: str | None = None
+    schema_bootstrap: str = "exact"
+    include_query: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -102,7 +111,17 @@ class SourceOptions:
             batch_rows=_int(options, "batchRows", 8192),
             reconnect_attempts=_int(options, "reconnectAttempts", 10),
             reconnect_max_delay=float(_int(options, "reconnectMaxDelay", 30)),
+            schema_history=_get(options, "schemaHistory"),
+            schema_bootstrap=_choice(options, "schemaBootstrap", ("exact", "current")),
+            include_query=_choice(options, "includeQuery", ("false", "true")) == "true",
         )
+
+
+def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    value = (_get(options, name, allowed[0]) or allowed[0]).lower()
+    if value not in allowed:
+        raise ConfigError(f"option {name} must be {' | '.join(allowed)}, got {value!r}")
+    return value
 
 
 def _ssl(options: Mapping[str, str]) -> dict | None:
