@@ -113,8 +113,11 @@ app.add_typer(schema_app, name="schema")
 def schema_history(
     pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
     table: Optional[str] = typer.Argument(None, help="DB.TABLE; all tables if omitted."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line instead."),
 ) -> None:
     """Show a table's versions and the positions where they changed."""
+    import json
+
     from mysqlcdc.config.loader import load_pipeline
     from mysqlcdc.pipeline.schema_admin import table_timeline
 
@@ -122,6 +125,10 @@ def schema_history(
         rows = table_timeline(load_pipeline(pipeline), table)
     except MysqlcdcError as err:
         _fail(err)
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
+        return
     t = Table(title=f"schema history{' of ' + table if table else ''}")
     for name in ("position", "table", "what", "columns", "ddl / reason"):
         t.add_column(name, overflow="fold")

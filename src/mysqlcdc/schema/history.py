@@ -87,7 +87,7 @@ class Change:
 
 @dataclass(frozen=True)
 class Quarantine:
-    """``db.table``'s rows after ``pos`` are held back; ``since`` is the micro-batch
+    """``db.table``'s rows from ``pos`` on are held back; ``since`` is the micro-batch
     start (a transaction boundary at or before ``pos``) to re-read them from."""
 
     db: str
@@ -186,7 +186,7 @@ class SchemaView:
         if not qs:
             return False
         for q in qs:
-            if at <= _sort_key(q.pos):
+            if at < _sort_key(q.pos):    # from the quarantine's own event on (a TABLE_MAP)
                 continue
             if self.catchup is not None and self.catchup.key == key and self.catchup.pos == q.pos:
                 continue
@@ -196,8 +196,8 @@ class SchemaView:
         return False
 
     def before_catchup(self, at: tuple[int, int, int]) -> bool:
-        """In a catch-up task: True for events at or before the quarantine (already emitted)."""
-        return self.catchup is not None and at <= _sort_key(self.catchup.pos)
+        """In a catch-up task: True for events before the quarantine (already emitted)."""
+        return self.catchup is not None and at < _sort_key(self.catchup.pos)
 
     def _resolution(self, q: Quarantine) -> Resolution | None:
         for r in self.resolutions.get(q.key, ()):
