@@ -23,13 +23,29 @@ def _c1_passthrough(exc: UnicodeError) -> tuple[str, int]:
 
 codecs.register_error("mysqlcdc-latin1", _c1_passthrough)
 
+
+def _sjis_decode(data: bytes, errors: str = "strict") -> tuple[str, int]:
+    # The server's sjis maps 0x815F to U+005C (backslash); Python's shift_jis maps it
+    # to U+FF3C, which no other sjis sequence decodes to, so replacing it is exact.
+    return codecs.decode(bytes(data), "shift_jis", errors).replace("\uff3c", "\\"), len(data)
+
+
+def _sjis_search(name: str):
+    if name != "mysqlcdc_sjis":
+        return None
+    base = codecs.lookup("shift_jis")
+    return codecs.CodecInfo(base.encode, _sjis_decode, name="mysqlcdc-sjis")
+
+
+codecs.register(_sjis_search)
+
 # charset name -> Python codec (None: binary). Charsets without a Python codec
 # (dec8, hp8, swe7, keybcs2, armscii8, geostd8) decode as latin-1: exact for
 # ASCII, approximate above.
 CHARSET_CODECS: dict[str, str | None] = {
     "big5": "big5", "dec8": "latin-1", "cp850": "cp850", "hp8": "latin-1", "koi8r": "koi8_r",
     "latin1": "cp1252", "latin2": "iso8859_2", "swe7": "latin-1", "ascii": "ascii",
-    "ujis": "euc_jp", "sjis": "shift_jis", "hebrew": "iso8859_8", "tis620": "tis_620",
+    "ujis": "euc_jp", "sjis": "mysqlcdc-sjis", "hebrew": "iso8859_8", "tis620": "tis_620",
     "euckr": "euc_kr", "koi8u": "koi8_u", "gb2312": "gb2312", "greek": "iso8859_7",
     "cp1250": "cp1250", "gbk": "gbk", "latin5": "iso8859_9", "armscii8": "latin-1",
     "utf8": "utf-8", "utf8mb3": "utf-8", "utf8mb4": "utf-8", "ucs2": "utf-16-be",
