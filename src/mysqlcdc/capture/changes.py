@@ -88,8 +88,9 @@ class ChangeDecoder:
 
     def __init__(self, parser: BinlogParser, tables: TableLookup | None = None, *,
                  include: Callable[[str, str], bool] | None = None,
-                 include_query: bool = False) -> None:
+                 include_query: bool = False, ddl=None) -> None:
         self.parser = parser
+        self.ddl = ddl            # offline: follows the DDL in the files (capture.offline)
         self.tables = tables
         self.history = tables if isinstance(tables, HistoryLookup) else None
         if self.history is not None:
@@ -127,6 +128,8 @@ class ChangeDecoder:
             elif isinstance(ev, QueryEvent):
                 if self.history is not None:
                     self._schema_changes(ev, raw)
+                elif self.ddl is not None:
+                    self.ddl.query(ev)
             elif isinstance(ev, (MariadbAnnotateRowsEvent, RowsQueryEvent)):
                 if self.include_query:
                     self.query = ev.query

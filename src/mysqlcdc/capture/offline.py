@@ -13,13 +13,65 @@ from typing import Callable, Iterable, Iterator, TextIO
 
 import pyarrow as pa
 
-from mysqlcdc.binlog.events import Event
+from mysqlcdc.binlog.events import Event, QueryEvent
 from mysqlcdc.binlog.file import iter_binlog_file
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.capture.changes import ChangeDecoder, FileEvent, iter_change_batches
+from mysqlcdc.errors import SchemaError
+from mysqlcdc.schema.ddl import Catalog, classify
 from mysqlcdc.schema.model import TableDef
 
-__all__ = ["iter_file_events", "iter_file_batches", "event_record", "print_events"]
+__all__ = ["iter_file_events", "iter_file_batches", "event_record", "print_events",
+           "FileSchema"]
+
+
+class _DefaultCharsets(dict):
+    """Databases the files never created: the server's compiled-in default charset."""
+
+    def __init__(self, default: str) -> None:
+        super().__init__()
+        self.default = default
+
+    def get(self, key, fallback=None):
+        return super().get(key, self.default)
+
+    def __missing__(self, key):
+        return self.default
+
+
+class FileSchema:
+    """Table definitions learned from the DDL in the files themselves.
+
+    With no server to ask, a table is known from the CREATE TABLE in the files
+    on, and follows every later DDL (a statement that cannot be applied with
+    certainty forgets the table: its columns are then named ``@1``, ``@2`` ...).
+    A database the files did not create is assumed to have the server's
+    compiled-in default charset (utf8mb4 from MySQL 8.0, latin1 before and on
+    MariaDB); a charset in the TABLE_MAP's metadata always wins over it.
+    """
+
+    def __init__(self, parser: BinlogParser) -> None:
+        self.parser = parser
+        self.catalog: Catalog | None = None
+
+    def __call__(self, db: str, table: str) -> TableDef | None:
+        return None if self.catalog is None else self.catalog.tables.get((db, table))
+
+    def query(self, ev: QueryEvent) -> None:
+        if classify(ev.query) == "ignore":
+            return
+        if self.catalog is None:
+            fde = self.parser.fde
+            version = fde.server_version if fde is not None else ""
+            major = int(version.split(".")[0]) if version[:1].isdigit() else 0
+            default = "utf8mb4" if major >= 8 and "mariadb" not in version.lower() else "latin1"
+            self.catalog = Catalog(databases=_DefaultCharsets(default), server_charset=default,
+                                   explicit_defaults_for_timestamp=major >= 8)
+        try:
+            self.catalog.execute(ev.query, ev.schema or None)
+        except SchemaError as e:
+            for key in getattr(e, "tables", None) or ():
+                self.catalog.tables.pop(key, None)
 
 
 def iter_file_events(paths: Iterable[str]) -> Iterator[FileEvent]:
@@ -37,14 +89,20 @@ def iter_file_batches(
     include: Callable[[str, str], bool] | None = None,
     batch_rows: int = 8192,
 ) -> Iterator[pa.RecordBatch]:
-    """Envelope record batches of every row change in local binlog files."""
+    """Envelope record batches of every row change in local binlog files.
+
+    Without ``tables``, definitions come from the DDL in the files (:class:`FileSchema`).
+    """
+    follower = None
     if isinstance(tables, dict):
         known = tables
         lookup = lambda db, t: known.get((db, t))  # noqa: E731
     else:
         lookup = tables
     parser = BinlogParser(tables=lookup, include=include)
-    decoder = ChangeDecoder(parser, lookup)
+    if lookup is None:
+        follower = parser.tables = lookup = FileSchema(parser)
+    decoder = ChangeDecoder(parser, lookup, ddl=follower)
     yield from iter_change_batches(iter_file_events(paths), decoder, batch_rows=batch_rows)
 
 
@@ -71,10 +129,13 @@ def event_record(file: str, pos: int, ev: Event) -> dict:
 def print_events(paths: list[str], out: TextIO) -> int:
     """Write one JSON line per decoded event; returns the number of events."""
     parser = BinlogParser()
+    parser.tables = follower = FileSchema(parser)
     count = 0
     for raw in iter_file_events(paths):
         parser.file = raw.file
         for ev in parser.parse(raw.data, raw.pos):
+            if isinstance(ev, QueryEvent):
+                follower.query(ev)
             out.write(json.dumps(event_record(raw.file, raw.pos, ev), ensure_ascii=False,
                                  default=str) + "\n")
             count += 1
