@@ -149,3 +149,25 @@ def test_batch_read_of_empty_range(spark, mariadb, source_options):
     df = spark.read.format("mysqlcdc").options(
         **source_options(startingPosition=here, endingPosition=here)).load()
     assert df.count() == 0
+
+
+def test_statement_text_in_the_envelope_when_asked(spark, mariadb, fresh_db, source_options):
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.q (id INT PRIMARY KEY, v INT)")
+    start = _position(mariadb)
+    mariadb.sql(f"INSERT INTO `{fresh_db}`.q VALUES (1, 1), (2, 2)",
+                f"UPDATE `{fresh_db}`.q SET v = v + 10 WHERE id = 2 /* tagged */")
+    end = _position(mariadb)
+
+    def read(**extra):
+        return (spark.read.format("mysqlcdc")
+                .options(**source_options(startingPosition=start, endingPosition=end,
+                                          include=f"{fresh_db}.q", **extra))
+                .load().orderBy("seq").collect())
+
+    with_text = read(includeQuery="true")
+    assert [(r["op"], r["query"]) for r in with_text] == [
+        ("c", f"INSERT INTO `{fresh_db}`.q VALUES (1, 1), (2, 2)"),
+        ("c", f"INSERT INTO `{fresh_db}`.q VALUES (1, 1), (2, 2)"),
+        ("u", f"UPDATE `{fresh_db}`.q SET v = v + 10 WHERE id = 2 /* tagged */"),
+    ]
+    assert all(r["query"] is None for r in read())          # off by default
