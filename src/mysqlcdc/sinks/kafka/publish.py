@@ -40,7 +40,11 @@ def _reset(settings: KafkaSettings) -> None:
 
 
 def publish_rows(settings: KafkaSettings, rows: list[dict]) -> dict[str, TxnTally]:
-    """Deliver ``rows`` (in seq order) or raise; returns their transaction tally."""
+    """Deliver ``rows`` (in seq order) or raise; returns their transaction tally.
+
+    Schema-change records (``op = s``) are not published: a Kafka consumer keyed by
+    primary key has no place for them (they stay in the Spark stream and changelog)."""
+    rows = [r for r in rows if r["op"] != "s"]
     if rows:
         with_retries(settings, "publishing a batch", lambda: _send_all(settings, rows),
                      lambda: _reset(settings))
@@ -54,8 +58,6 @@ def _send_all(settings: KafkaSettings, rows: list[dict]) -> None:
     producer = producer_for(settings)
     debezium, now_ms = settings.format == "debezium", int(time.time() * 1000)
     for row, topic in zip(rows, topics):
-        if debezium and row["op"] == "s":
-            continue   # Debezium has no schema-change record on a table's topic
         key = encode_key(row)
         value = debezium_value(row, settings.prefix, now_ms) if debezium else mysqlcdc_value(row)
         producer.send(topic, key, value, headers(row))
