@@ -23,7 +23,7 @@ from . import constants as C
 from .columns import ColumnSpec
 from .values import temporal as T
 from .values.charsets import error_mode
-from .values.decimal import decimal_size, make_decimal_decoder
+from .values.decimal import decimal_code, decimal_size, make_decimal_decoder
 from .values.json_binary import decode_json
 from .values.json_diff import JSON_DIFF_TYPE, read_json_diffs
 
@@ -61,13 +61,17 @@ def _b64(raw: bytes) -> str:
     return binascii.b2a_base64(raw, newline=False).decode("ascii")
 
 
+def decode_set(bits: int, labels: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(lab for i, lab in enumerate(labels) if bits >> i & 1)
+
+
 def _set_decoder(labels: tuple[str, ...]) -> Callable[[int], list[str]]:
     cache: dict[int, tuple[str, ...]] = {}
 
     def decode(bits: int) -> list[str]:
         t = cache.get(bits)
         if t is None:
-            t = tuple(lab for i, lab in enumerate(labels) if bits >> i & 1)
+            t = decode_set(bits, labels)
             if len(cache) < 4096:
                 cache[bits] = t
         return list(t)
@@ -88,6 +92,7 @@ _STATIC_ENV: dict[str, Any] = {
     "SODF": T.format_second_of_day, "TIME2P": T.time2_packed,
     "TIMEF": T.format_time_packed, "OLDTIMEF": T.format_old_time,
     "OLDDTF": T.format_old_datetime, "HEX": bytes.hex, "JDIFF": read_json_diffs,
+    "FB": int.from_bytes,   # bound once: ``int.from_bytes`` makes a bound method per call
 }
 
 
@@ -164,7 +169,7 @@ def _temporal_code(g: _Gen, col: ColumnSpec, ind: int, v: str) -> bool:
     elif t == C.MYSQL_TYPE_DATETIME2:
         fb = T.frac_bytes(fsp)
         frac = f" + {g.const('FR', T._FRAC_FMT[fsp])}.format(({_frac_code(fsp, 'pos + 5')}) // {T.FRAC_SCALE[fsp]})" if fsp else ""
-        g.emit(ind, "x = int.from_bytes(data[pos:pos + 5], 'big') - 0x8000000000",
+        g.emit(ind, "x = FB(data[pos:pos + 5], 'big') - 0x8000000000",
                f"{v} = (DAYC.get(x >> 17) or DAYF(x >> 17)) + ' ' + (HMSC.get(x & 0x1FFFF) or HMSF(x & 0x1FFFF)){frac}",
                f"pos += {5 + fb}")
     elif t == C.MYSQL_TYPE_TIMESTAMP2:
@@ -196,7 +201,7 @@ def _length_prefix(g: _Gen, ind: int, nbytes: int) -> None:
     elif nbytes == 2:
         g.emit(ind, "n = U16(data, pos)[0]", "pos += 2")
     else:
-        g.emit(ind, f"n = int.from_bytes(data[pos:pos + {nbytes}], 'little')", f"pos += {nbytes}")
+        g.emit(ind, f"n = FB(data[pos:pos + {nbytes}], 'little')", f"pos += {nbytes}")
 
 
 def _string_like_code(g: _Gen, col: ColumnSpec, ind: int, v: str) -> bool:
@@ -230,7 +235,7 @@ def _other_code(g: _Gen, col: ColumnSpec, ind: int, v: str) -> bool:
         g.emit(ind, f"{v} = {g.const('DEC', fn)}(data[pos:pos + {size}])", f"pos += {size}")
     elif t == C.MYSQL_TYPE_BIT:
         n = (meta >> 8) + (1 if meta & 0xFF else 0)
-        g.emit(ind, f"{v} = int.from_bytes(data[pos:pos + {n}], 'big')", f"pos += {n}")
+        g.emit(ind, f"{v} = FB(data[pos:pos + {n}], 'big')", f"pos += {n}")
     elif t == C.MYSQL_TYPE_ENUM:
         _length_prefix(g, ind, meta)
         if col.enum_labels is None:
@@ -258,13 +263,20 @@ def _value_code(g: _Gen, col: ColumnSpec, ind: int, v: str) -> None:
     raise NotImplementedError(f"column type {col.type} of {col.name!r}")
 
 
-def _image_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int, out: str) -> None:
-    """Code decoding one row image of the ``present`` columns into dict ``out``."""
+def _nullmap_code(g: _Gen, present: tuple[int, ...], ind: int) -> None:
+    """Code reading an image's null bitmap (one bit per present column) into ``nb``."""
     nb = (len(present) + 7) // 8
     if nb == 1:
         g.emit(ind, "nb = data[pos]", "pos += 1")
+    elif nb == 2:
+        g.emit(ind, "nb = U16(data, pos)[0]", "pos += 2")
     elif nb:
-        g.emit(ind, f"nb = int.from_bytes(data[pos:pos + {nb}], 'little')", f"pos += {nb}")
+        g.emit(ind, f"nb = FB(data[pos:pos + {nb}], 'little')", f"pos += {nb}")
+
+
+def _branching_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int,
+                    out: str) -> None:
+    """Code decoding the columns of one image into dict ``out``, testing ``nb`` per column."""
     items = []
     for j, ci in enumerate(present):
         v = f"v{ci}"
@@ -272,6 +284,363 @@ def _image_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...],
         _value_code(g, cols[ci], ind + 1, v)
         items.append(f"{cols[ci].name!r}: {v}")
     g.emit(ind, f"{out} = {{{', '.join(items)}}}")
+
+
+def _image_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int, out: str) -> None:
+    """Code decoding one row image of the ``present`` columns into dict ``out``."""
+    _nullmap_code(g, present, ind)
+    _branching_code(g, cols, present, ind, out)
+
+
+# --- fixed layouts -----------------------------------------------------------
+# For one null bitmap the position of every value is known up to the lengths of
+# the variable-length ones, so a run of fixed-size values (and the length prefix
+# that ends it) is read by one ``struct`` call. The decoder inlines the layout of
+# an image without NULLs and compiles the others on first sight.
+
+_VALUE_CACHE_LIMIT = 1 << 16
+_VALUE_CACHES: dict[tuple, tuple[dict, Callable[[bytes], Any]]] = {}
+_LAYOUTS_PER_IMAGE = 64
+
+
+def _value_cache(key: tuple, fn: Callable[[bytes], Any]) -> tuple[dict, Callable[[bytes], Any]]:
+    """(cache, miss) for one encoding, shared by every column using it: raw bytes ->
+    value. Only for immutable values; ``miss`` computes, stores and returns."""
+    hit = _VALUE_CACHES.get(key)
+    if hit is None:
+        cache: dict[bytes, Any] = {}
+
+        def miss(raw: bytes) -> Any:
+            value = fn(raw)
+            if len(cache) >= _VALUE_CACHE_LIMIT:
+                cache.clear()
+            cache[raw] = value
+            return value
+
+        hit = _VALUE_CACHES[key] = (cache, miss)
+    return hit
+
+
+def _frac_of(raw: bytes, at: int, fsp: int) -> int:
+    """Microseconds stored after a temporal's integer part (as ``_frac_code``)."""
+    if fsp <= 0:
+        return 0
+    if fsp <= 2:
+        return raw[at] * 10000
+    if fsp <= 4:
+        return int.from_bytes(raw[at:at + 2], "big") * 100
+    return int.from_bytes(raw[at:at + 3], "big")
+
+
+def _date_value(raw: bytes) -> str:
+    return T.format_date(int.from_bytes(raw, "little"))
+
+
+def _datetime2_head(x: int) -> str:
+    """``YYYY-MM-DD HH:MM:SS`` of a DATETIME2's stored 40-bit integer part."""
+    x -= 0x8000000000
+    return T.format_date_packed(x >> 17) + " " + T.format_hms(x & 0x1FFFF)
+
+
+def _timestamp2_head(secs: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of a TIMESTAMP2's seconds; '' for 0 (the zero date)."""
+    if not secs:
+        return ""
+    d, secs = divmod(secs, 86400)
+    return T.format_epoch_day(d) + T.format_second_of_day(secs)
+
+
+def _us_expr(fsp: int, x: str) -> str:
+    """Microseconds, from int ``x`` whose low bytes hold the stored fraction (as ``_frac_code``)."""
+    if fsp <= 0:
+        return "0"
+    if fsp <= 2:
+        return f"({x} & 0xFF) * 10000"
+    return f"({x} & 0xFFFF) * 100" if fsp <= 4 else f"({x} & 0xFFFFFF)"
+
+
+def _head_field(g: _Gen, whole: int, fsp: int, key: str, head: Callable[[int], str],
+                finish: Callable[[str, str, str, str], str]) -> _Field:
+    """A temporal of ``whole`` integer bytes and a fraction, big-endian: the text of the
+    integer part is cached per value, ``finish(v, head text, fraction text, x)`` the rest."""
+    fb = T.frac_bytes(fsp)
+    cache, miss = _value_cache((key,), head)
+    c, m = g.const("C", cache), g.const("M", miss)
+    fr = g.const("FR", f".%0{fsp}d")
+    scale = T.FRAC_SCALE[fsp]
+
+    def lines(v: str, f: str) -> list[str]:
+        x, h = f"{v}x", f"{v}h"
+        part = f"{x} >> {8 * fb}" if fb else x
+        frac = f"{fr} % ({_us_expr(fsp, x)}{f' // {scale}' if scale != 1 else ''})" if fsp else ""
+        return [f"{x} = FB({f}, 'big')", f"{h} = {c}.get({part})",
+                f"if {h} is None: {h} = {m}({part})", f"{v} = {finish(v, h, frac, x)}"]
+    return _Field(f"{whole + fb}s", whole + fb, lines)
+
+
+def _datetime2_field(g: _Gen, fsp: int) -> _Field:
+    return _head_field(g, 5, fsp, "datetime2 head", _datetime2_head,
+                       lambda v, h, frac, x: f"{h} + {frac}" if frac else h)
+
+
+def _timestamp2_field(g: _Gen, fsp: int) -> _Field:
+    return _head_field(g, 4, fsp, "timestamp2 head", _timestamp2_head,
+                       lambda v, h, frac, x: f"{h} + {frac + ' + ' if frac else ''}'Z' if {h} "
+                                             f"else TSF(0, {_us_expr(fsp, x)}, {fsp})")
+
+
+def _decimal_field(g: _Gen, meta: int) -> _Field:
+    precision, scale = meta >> 8, meta & 0xFF
+    size = decimal_size(precision, scale)
+    decimal_code(precision, scale, "raw", "v", "_")       # invalid shapes raise here
+    return _Field(f"{size}s", size, lambda v, f: decimal_code(precision, scale, f, v, f"{v}_"))
+
+
+def _time2_value(fsp: int) -> Callable[[bytes], str]:
+    def value(raw: bytes) -> str:
+        return T.format_time_packed(T.time2_packed(raw, fsp), fsp)
+    return value
+
+
+class _Field:
+    """How one non-NULL value is read in a layout.
+
+    Fixed size: ``fmt`` (struct code giving one item of ``size`` bytes) and
+    ``lines(v, f)``, code turning item ``f`` into value ``v`` (None: ``v`` is ``f``).
+    Variable size: ``fmt`` reads the length prefix, ``length(f)`` turns that item
+    into the byte count ``n`` and ``body(n)`` is the value of ``data[pos:pos + n]``.
+    """
+
+    __slots__ = ("fmt", "size", "lines", "length", "body")
+
+    def __init__(self, fmt: str, size: int, lines: Callable[[str, str], list[str]] | None = None,
+                 length: Callable[[str], str] | None = None,
+                 body: Callable[[str], str] | None = None) -> None:
+        self.fmt, self.size, self.lines, self.length, self.body = fmt, size, lines, length, body
+
+
+def _prefix_field(nbytes: int, body: Callable[[str], str]) -> _Field:
+    """A value with a little-endian length prefix of ``nbytes`` bytes (``_length_prefix``)."""
+    fmt = {1: "B", 2: "H", 4: "I"}.get(nbytes)
+    if fmt:
+        return _Field(fmt, nbytes, length=lambda f: f, body=body)
+    return _Field(f"{nbytes}s", nbytes, length=lambda f: f"FB({f}, 'little')", body=body)
+
+
+def _cached_field(g: _Gen, size: int, key: tuple, fn: Callable[[bytes], Any]) -> _Field:
+    cache, miss = _value_cache(key, fn)
+    c, m = g.const("C", cache), g.const("M", miss)
+    return _Field(f"{size}s", size, lambda v, f: [f"{v} = {c}.get({f})", f"if {v} is None: {v} = {m}({f})"])
+
+
+def _expr_field(fmt: str, size: int, expr: str) -> _Field:
+    """Fixed size; ``expr`` is the value, written over ``{f}``."""
+    return _Field(fmt, size, lambda v, f: [f"{v} = " + expr.format(f=f)])
+
+
+_INT_FMT = {C.MYSQL_TYPE_TINY: ("b", 1), C.MYSQL_TYPE_SHORT: ("h", 2), C.MYSQL_TYPE_LONG: ("i", 4),
+            C.MYSQL_TYPE_LONGLONG: ("q", 8)}
+
+
+def _layout_field(g: _Gen, col: ColumnSpec) -> _Field:
+    """The ``_Field`` of a column: the same values as ``_value_code``, read differently."""
+    t, meta = col.type, col.meta
+    if t in _INT_FMT:
+        fmt, size = _INT_FMT[t]
+        return _Field(fmt.upper() if col.unsigned else fmt, size)
+    if t == C.MYSQL_TYPE_INT24:
+        return _expr_field("3s", 3, f"FB({{f}}, 'little', signed={not col.unsigned})")
+    if t == C.MYSQL_TYPE_YEAR:
+        return _expr_field("B", 1, "{f} + 1900 if {f} else 0")
+    if t == C.MYSQL_TYPE_FLOAT:
+        return _cached_field(g, 4, ("float",), float32_value)
+    if t == C.MYSQL_TYPE_DOUBLE:
+        return _Field("d", 8)
+    if t == C.MYSQL_TYPE_NULL:
+        return _Field("", 0, lambda v, f: [f"{v} = None"])
+    if t in (C.MYSQL_TYPE_DATE, C.MYSQL_TYPE_NEWDATE):
+        return _cached_field(g, 3, ("date",), _date_value)
+    if t == C.MYSQL_TYPE_DATETIME2:
+        return _datetime2_field(g, meta)
+    if t == C.MYSQL_TYPE_TIMESTAMP2:
+        return _timestamp2_field(g, meta)
+    if t == C.MYSQL_TYPE_TIME2:
+        return _cached_field(g, 3 + T.frac_bytes(meta), ("time2", meta), _time2_value(meta))
+    if t == C.MYSQL_TYPE_TIMESTAMP:
+        return _expr_field("I", 4, "TSF({f}, 0, 0)")
+    if t == C.MYSQL_TYPE_TIME:
+        return _expr_field("3s", 3, "OLDTIMEF(FB({f}, 'little', signed=True))")
+    if t == C.MYSQL_TYPE_DATETIME:
+        return _expr_field("Q", 8, "OLDDTF({f})")
+    if t == C.MYSQL_TYPE_NEWDECIMAL:
+        return _decimal_field(g, meta)
+    if t == C.MYSQL_TYPE_BIT:
+        n = (meta >> 8) + (1 if meta & 0xFF else 0)
+        return _Field("B", 1) if n == 1 else _expr_field(f"{n}s", n, "FB({f}, 'big')")
+    if t in (C.MYSQL_TYPE_ENUM, C.MYSQL_TYPE_SET):
+        return _enum_set_field(g, col)
+    return _var_field(g, col)
+
+
+def _enum_set_field(g: _Gen, col: ColumnSpec) -> _Field:
+    meta = col.meta
+    fmt = {1: "B", 2: "H", 4: "I", 8: "Q"}.get(meta)
+    n = "{f}" if fmt else "FB({f}, 'little')"
+    fmt = fmt or f"{meta}s"
+    if col.type == C.MYSQL_TYPE_ENUM:
+        if col.enum_labels is None:
+            return _expr_field(fmt, meta, n)
+        labels = g.const("EN", ("",) + col.enum_labels)
+        k = len(col.enum_labels) + 1
+        if n == "{f}":
+            return _expr_field(fmt, meta, f"{labels}[{{f}}] if {{f}} < {k} else {{f}}")
+        return _Field(fmt, meta, lambda v, f: [f"{v} = " + n.format(f=f),
+                                               f"if {v} < {k}: {v} = {labels}[{v}]"])
+    if col.set_labels is None:
+        return _expr_field(fmt, meta, n)
+    decode = g.const("SET", _set_decoder(col.set_labels))
+    if len(col.set_labels) > 8 or n != "{f}":
+        return _expr_field(fmt, meta, f"{decode}({n})")
+    table = g.const("SETS", tuple(tuple(decode_set(b, col.set_labels)) for b in range(1 << len(col.set_labels))))
+    return _expr_field(fmt, meta, f"list({table}[{{f}}]) if {{f}} < {1 << len(col.set_labels)} else {decode}({{f}})")
+
+
+def _var_field(g: _Gen, col: ColumnSpec) -> _Field:
+    t, meta = col.type, col.meta
+    if t in (C.MYSQL_TYPE_VARCHAR, C.MYSQL_TYPE_VAR_STRING):
+        return _prefix_field(1 if meta < 256 else 2, lambda n: _string_code(g, col, n))
+    if t == C.MYSQL_TYPE_STRING:
+        return _prefix_field(1 if meta < 256 else 2, lambda n: _string_code(g, col, n, pad=meta))
+    if t in (C.MYSQL_TYPE_BLOB, C.MYSQL_TYPE_TINY_BLOB, C.MYSQL_TYPE_MEDIUM_BLOB,
+             C.MYSQL_TYPE_LONG_BLOB, C.MYSQL_TYPE_JSON, C.MYSQL_TYPE_GEOMETRY, C.MYSQL_TYPE_VECTOR):
+        if not 1 <= meta <= 4:
+            raise ValueError(f"invalid length-bytes metadata {meta} for type {t}")
+        wrap = {C.MYSQL_TYPE_JSON: "JSON", C.MYSQL_TYPE_GEOMETRY: "HEX", C.MYSQL_TYPE_VECTOR: "VEC"}.get(t)
+        if wrap:
+            return _prefix_field(meta, lambda n: f"{wrap}(data[pos:pos + {n}])")
+        return _prefix_field(meta, lambda n: _string_code(g, col, n))
+    if t == JSON_DIFF_TYPE:
+        return _prefix_field(4, lambda n: f"JDIFF(data[pos:pos + {n}])")
+    raise NotImplementedError(f"column type {col.type} of {col.name!r}")
+
+
+def _layout_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], nb: int,
+                 ind: int, out: str) -> None:
+    """Code decoding one image whose null bitmap is ``nb`` into dict ``out`` (at ``pos``,
+    after the bitmap): runs of fixed-size values are read by one struct call each."""
+    items: list[str] = []
+    run: list[tuple[str, int, str]] = []      # (fmt, size, item variable)
+    after: list[str] = []                     # code turning run items into values
+
+    def flush() -> None:
+        if not run:
+            return
+        fmt = "".join(r[0] for r in run)
+        size = sum(r[1] for r in run)
+        names = [r[2] for r in run if r[0]]
+        if names:
+            reader = g.const("R", struct.Struct("<" + fmt).unpack_from)
+            g.emit(ind, f"{', '.join(names)}, = {reader}(data, pos)")
+        if size:
+            g.emit(ind, f"pos += {size}")
+        g.emit(ind, *after)
+        run.clear()
+        after.clear()
+
+    for j, ci in enumerate(present):
+        col = cols[ci]
+        if nb >> j & 1:
+            items.append(f"{col.name!r}: None")
+            continue
+        field = _layout_field(g, col)
+        v = f"v{ci}"
+        if field.body is not None:              # variable size: the prefix ends the run
+            run.append((field.fmt, field.size, f"n{ci}"))
+            flush()
+            n = field.length(f"n{ci}")
+            if n != f"n{ci}":
+                g.emit(ind, f"n{ci} = {n}")
+            g.emit(ind, f"{v} = {field.body(f'n{ci}')}", f"pos += n{ci}")
+            items.append(f"{col.name!r}: {v}")
+            continue
+        item = f"f{ci}"
+        run.append((field.fmt, field.size, item if field.fmt else ""))
+        if field.lines is None:
+            items.append(f"{col.name!r}: {item}")
+        else:
+            after.extend(field.lines(v, item))
+            items.append(f"{col.name!r}: {v}")
+    flush()
+    g.emit(ind, f"{out} = {{{', '.join(items)}}}")
+
+
+def _compile(g: _Gen, name: str, label: str) -> Callable:
+    env = dict(_STATIC_ENV, **g.env)
+    exec(compile("\n".join(g.lines), label, "exec"), env)
+    return env[name]
+
+
+def _layouts(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]) -> tuple[dict, Callable]:
+    """(layouts, make) of one image shape: ``layouts[nb]`` decodes an image with null
+    bitmap ``nb`` (``f(data, pos, nb) -> (image, pos)``); ``make(nb)`` compiles and
+    stores one, or returns the per-column decoder once an image has had many."""
+    layouts: dict[int, Callable] = {}
+    general: list[Callable] = []
+
+    def make(nb: int) -> Callable:
+        if len(layouts) >= _LAYOUTS_PER_IMAGE:
+            if not general:
+                g = _Gen()
+                g.emit(0, "def image(data, pos, nb):")
+                _branching_code(g, cols, present, 1, "a")
+                g.emit(1, "return a, pos")
+                general.append(_compile(g, "image", "<row image, any null bitmap>"))
+            return general[0]
+        g = _Gen()
+        g.emit(0, "def image(data, pos, nb):")
+        _layout_code(g, cols, present, nb, 1, "a")
+        g.emit(1, "return a, pos")
+        fn = layouts[nb] = _compile(g, "image", f"<row image, null bitmap {nb:#x}>")
+        return fn
+
+    return layouts, make
+
+
+def _fast_image_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int,
+                     out: str) -> None:
+    """One image: the layout without NULLs inline, the others through ``_layouts``.
+    The bitmap's unused high bits (servers set them) are masked off first."""
+    if not present:
+        g.emit(ind, f"{out} = {{}}")
+        return
+    _nullmap_code(g, present, ind)
+    if len(present) % 8:
+        g.emit(ind, f"nb &= {(1 << len(present)) - 1:#x}")
+    g.emit(ind, "if nb == 0:")
+    _layout_code(g, cols, present, 0, ind + 1, out)
+    layouts, make = _layouts(cols, present)
+    lay, mk = g.const("L", layouts), g.const("MK", make)
+    g.emit(ind, "else:",
+           f"    f = {lay}.get(nb)",
+           f"    if f is None: f = {mk}(nb)",
+           f"    {out}, pos = f(data, pos, nb)")
+
+
+def _rows_function(image_code: Callable, cols: tuple[ColumnSpec, ...], kind: str,
+                   present: tuple[int, ...], present_after: tuple[int, ...] | None,
+                   label: str) -> RowsDecoder:
+    """The loop over a rows event's rows, each image decoded by ``image_code``."""
+    g = _Gen()
+    g.emit(0, "def decode_rows(data, pos, end):", "    rows = []", "    append = rows.append",
+           "    while pos < end:")
+    image_code(g, cols, present, 2, "a")
+    if kind == "u":
+        image_code(g, cols, present_after or present, 2, "b")
+        g.emit(2, "append((a, b))")
+    else:
+        g.emit(2, "append((None, a))" if kind == "c" else "append((a, None))")
+    g.emit(1, "return rows, pos")
+    return _compile(g, "decode_rows", label)
 
 
 def compile_rows_decoder(
@@ -284,23 +653,22 @@ def compile_rows_decoder(
     if fn is not None:
         _CACHE.move_to_end(key)
         return fn
-    g = _Gen()
-    g.emit(0, "def decode_rows(data, pos, end):", "    rows = []", "    append = rows.append",
-           "    while pos < end:")
-    _image_code(g, cols, present, 2, "a")
-    if kind == "u":
-        _image_code(g, cols, present_after or present, 2, "b")
-        g.emit(2, "append((a, b))")
-    else:
-        g.emit(2, "append((None, a))" if kind == "c" else "append((a, None))")
-    g.emit(1, "return rows, pos")
-    env = dict(_STATIC_ENV, **g.env)
-    exec(compile("\n".join(g.lines), f"<rows decoder {len(cols)} cols>", "exec"), env)
-    fn = env["decode_rows"]
+    fn = _rows_function(_fast_image_code, cols, kind, present, present_after,
+                        f"<rows decoder {len(cols)} cols>")
     _CACHE[key] = fn
     if len(_CACHE) > _CACHE_SIZE:
         _CACHE.popitem(last=False)
     return fn
+
+
+def compile_branching_decoder(
+    cols: tuple[ColumnSpec, ...], kind: str, present: tuple[int, ...],
+    present_after: tuple[int, ...] | None = None,
+) -> RowsDecoder:
+    """As ``compile_rows_decoder`` with one null-bitmap test per column and no layouts:
+    the reference the layout decoders are tested against (not cached)."""
+    return _rows_function(_image_code, cols, kind, present, present_after,
+                          f"<rows decoder {len(cols)} cols, branching>")
 
 
 def compile_image_decoder(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]) -> RowsDecoder:
@@ -312,7 +680,5 @@ def compile_image_decoder(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]
         g.emit(0, "def decode_image(data, pos, end):")
         _image_code(g, cols, present, 1, "a")
         g.emit(1, "return [a], pos")
-        env = dict(_STATIC_ENV, **g.env)
-        exec(compile("\n".join(g.lines), "<row image decoder>", "exec"), env)
-        fn = _CACHE[key] = env["decode_image"]
+        fn = _CACHE[key] = _compile(g, "decode_image", "<row image decoder>")
     return fn

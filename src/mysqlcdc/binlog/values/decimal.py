@@ -26,83 +26,108 @@ def decimal_size(precision: int, scale: int) -> int:
 
 def make_decimal_decoder(precision: int, scale: int) -> Callable[[bytes], str]:
     """A function decoding the ``decimal_size`` bytes of one value to its text."""
+    lines = ["def decode(raw):", *("    " + line for line in decimal_code(precision, scale, "raw", "text", "_")),
+             "    return text"]
+    env: dict = {"FB": int.from_bytes}
+    exec(compile("\n".join(lines), f"<DECIMAL({precision},{scale}) decoder>", "exec"), env)
+    decode = env["decode"]
+    decode.size = decimal_size(precision, scale)  # type: ignore[attr-defined]
+    return decode
+
+
+def decimal_code(precision: int, scale: int, raw: str, out: str, tmp: str) -> list[str]:
+    """Python statements setting ``out`` to the text of the DECIMAL whose bytes are
+    the expression ``raw`` (temporaries are named ``tmp`` + a suffix).
+
+    Generated per shape: every group comes out by a fixed shift and the text is one
+    ``%`` format; ``FB`` must be ``int.from_bytes`` where the code runs. Out-of-range groups raise ValueError, checked in the order of
+    ``decode_reference``.
+    """
     if precision < 1 or scale < 0 or scale > precision or precision > 65:
         raise ValueError(f"invalid DECIMAL({precision},{scale})")
+    intg0 = (precision - scale) // 9
+    frac0, frac0x = divmod(scale, 9)
+    size = decimal_size(precision, scale)
+    sign_bit = 1 << (size * 8 - 1)
+    trail_bits = _DIG2BYTES[frac0x] * 8
+    v, sign = f"{tmp}v", f"{tmp}s"
+    lines = [f"{v} = FB({raw}, 'big')",
+             f"if {v} & {sign_bit}:",
+             f"    {v} ^= {sign_bit}",
+             f"    {sign} = ''",
+             "else:",
+             f"    {v} ^= {((1 << (size * 8)) - 1) ^ sign_bit}",
+             f"    {sign} = '-'"]
+    shift = 0
+
+    def group(name: str) -> None:
+        nonlocal shift
+        lines.append(f"{name} = {v} >> {shift} & 0xFFFFFFFF" if shift else f"{name} = {v} & 0xFFFFFFFF")
+        lines.append(f"if {name} >= {_GROUP_MAX}: raise ValueError('DECIMAL group out of range')")
+        shift += 32
+
+    trail = f"{tmp}t"
+    if trail_bits:
+        lines.append(f"{trail} = {v} & {(1 << trail_bits) - 1}")
+        shift = trail_bits
+    fracs = [f"{tmp}f{k}" for k in range(frac0)]      # least significant first
+    for name in fracs:
+        group(name)
+    if trail_bits:
+        lines.append(f"if {trail} >= {10 ** frac0x}: raise ValueError('DECIMAL fraction out of range')")
+    wholes = [f"{tmp}w{k}" for k in range(intg0)]
+    for name in wholes:
+        group(name)
+    expr = f"{v} >> {shift}" if shift else v
+    for name in reversed(wholes):
+        expr = f"({expr}) * {_GROUP_MAX} + {name}"
+    fmt = "%s%d"
+    args = [sign, expr]
+    if scale:
+        fmt += "." + "%09d" * frac0 + (f"%0{frac0x}d" if trail_bits else "")
+        args += fracs[::-1] + ([trail] if trail_bits else [])
+    lines.append(f"{out} = {fmt!r} % ({', '.join(args)})")
+    return lines
+
+
+def decode_reference(raw: bytes, precision: int, scale: int) -> str:
+    """The same value by a plain loop over the groups: what the generated decoders
+    are tested against."""
     intg0, intg0x = divmod(precision - scale, 9)
     frac0, frac0x = divmod(scale, 9)
     size = decimal_size(precision, scale)
     sign_bit = 1 << (size * 8 - 1)
-    neg_mask = ((1 << (size * 8)) - 1) ^ sign_bit
     trail_bits = _DIG2BYTES[frac0x] * 8
-    trail_fmt = f"0{frac0x}d"
-    frac_mask = (1 << trail_bits) - 1
-
-    if not intg0 and not frac0:
-        return _small_decoder(size, scale, trail_bits)
-
-    def decode(raw: bytes) -> str:
-        v = int.from_bytes(raw, "big")
-        if v & sign_bit:
-            v ^= sign_bit
-            sign = ""
-        else:
-            v ^= neg_mask
-            sign = "-"
-        frac = ""
-        if trail_bits:
-            frac = format(v & frac_mask, trail_fmt)
-            v >>= trail_bits
-        for _ in range(frac0):
-            g = v & 0xFFFFFFFF
-            if g >= _GROUP_MAX:
-                raise ValueError("DECIMAL group out of range")
-            frac = format(g, "09d") + frac
-            v >>= 32
-        if len(frac) > scale:
-            raise ValueError("DECIMAL fraction out of range")
-        if not intg0:
-            whole = v
-        else:
-            groups = []
-            for _ in range(intg0):
-                g = v & 0xFFFFFFFF
-                if g >= _GROUP_MAX:
-                    raise ValueError("DECIMAL group out of range")
-                groups.append(g)
-                v >>= 32
-            whole = v
-            for g in reversed(groups):
-                whole = whole * _GROUP_MAX + g
-        return f"{sign}{whole}.{frac}" if scale else f"{sign}{whole}"
-
-    decode.size = size  # type: ignore[attr-defined]
-    return decode
-
-
-def _small_decoder(size: int, scale: int, frac_bits: int) -> Callable[[bytes], str]:
-    """Fast path: at most 9 integer and 9 fraction digits (one partial group each)."""
-    sign_bit = 1 << (size * 8 - 1)
-    neg_mask = ((1 << (size * 8)) - 1) ^ sign_bit
-    frac_mask = (1 << frac_bits) - 1
-    limit = 10**scale
-    text = f"%s%d.%0{scale}d" if scale else "%s%d"
-
-    def decode(raw: bytes) -> str:
-        v = int.from_bytes(raw, "big")
-        if v & sign_bit:
-            v ^= sign_bit
-            sign = ""
-        else:
-            v ^= neg_mask
-            sign = "-"
-        if not scale:
-            return text % (sign, v)
-        frac = v & frac_mask
-        if frac >= limit:
-            raise ValueError("DECIMAL fraction out of range")
-        return text % (sign, v >> frac_bits, frac)
-
-    return decode
+    v = int.from_bytes(raw, "big")
+    if v & sign_bit:
+        v ^= sign_bit
+        sign = ""
+    else:
+        v ^= ((1 << (size * 8)) - 1) ^ sign_bit
+        sign = "-"
+    frac = ""
+    if trail_bits:
+        frac = format(v & ((1 << trail_bits) - 1), f"0{frac0x}d")
+        v >>= trail_bits
+    for _ in range(frac0):
+        g = v & 0xFFFFFFFF
+        if g >= _GROUP_MAX:
+            raise ValueError("DECIMAL group out of range")
+        frac = format(g, "09d") + frac
+        v >>= 32
+    if len(frac) > scale:
+        raise ValueError("DECIMAL fraction out of range")
+    groups = []
+    for _ in range(intg0):
+        g = v & 0xFFFFFFFF
+        if g >= _GROUP_MAX:
+            raise ValueError("DECIMAL group out of range")
+        groups.append(g)
+        v >>= 32
+    whole = v
+    for g in reversed(groups):
+        whole = whole * _GROUP_MAX + g
+    return f"{sign}{whole}.{frac}" if scale else f"{sign}{whole}"
 
 
 _CACHE: dict[tuple[int, int], Callable[[bytes], str]] = {}
