@@ -1,0 +1,73 @@
+"""EnvelopeBuilder's fast paths (one-row events, one-column keys written directly, seq
+written into the decimal128 buffer) against the plain definition: every image and key
+through ``_encode``, keys through ``_key_of``, seq through pyarrow's own conversion."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from mysqlcdc.envelope.builder import EnvelopeBuilder, TxnContext, _encode, _key_of
+from mysqlcdc.envelope.model import ARROW_SCHEMA
+from mysqlcdc.types import SEQ_FILE, SEQ_POS
+
+pytestmark = pytest.mark.unit
+
+_IMAGES = [
+    {"id": 1, "v": "a"}, {"id": -2**63, "v": None}, {"id": 2**64 - 1, "v": 1.5},
+    {"id": 2**70, "v": "past 64 bits: the standard library encodes"}, {"id": "k\"é\n😀", "v": [1]},
+    {"id": None, "v": 0.1}, {"id": 1e16, "v": {"x": 1}}, {"id": True, "v": False}, {"v": "no key"},
+]
+
+
+def _expected(op, rows, key_columns, first_row, base):
+    out = []
+    for i, (before, after) in enumerate(rows):
+        b = None if before is None else _encode(before)
+        a = None if after is None else _encode(after)
+        if key_columns:
+            key = _encode(_key_of(key_columns, before, after, op))
+        else:
+            key = b if op == "d" else a
+        out.append((b, a, key, first_row + i, base + i))
+    return out
+
+
+def _rows(op, images):
+    if op == "c":
+        return [(None, i) for i in images]
+    if op == "d":
+        return [(i, None) for i in images]
+    return [(images[k - 1], i) for k, i in enumerate(images)]
+
+
+@pytest.mark.parametrize("op", ["c", "u", "d"])
+@pytest.mark.parametrize("key_columns", [None, ("id",), ("v",), ("id", "v"), ("missing",)])
+@pytest.mark.parametrize("n", [1, 3, len(_IMAGES)])
+def test_rows_match_the_plain_definition(op, key_columns, n):
+    images = _IMAGES[:n] if n < len(_IMAGES) else _IMAGES
+    rows = _rows(op, images)
+    if key_columns == ("id",) and op == "u":
+        rows = [({"id": 7, "v": "before"}, {"v": "after, MINIMAL"})] + rows   # key from the other image
+    ctx = TxnContext()
+    ctx.gtid, ctx.txn_id, ctx.ts_ms, ctx.server_id = "0-1-5", "0-1-5", 1234, 9
+    b = EnvelopeBuilder()
+    nxt = b.add_rows(op, "db", "t", rows, key_columns, ctx, "bin.000042", 42, 777, 3, query="q")
+    batch = b.take()
+    assert nxt == 3 + len(rows) and batch.schema == ARROW_SCHEMA
+    want = _expected(op, rows, key_columns, 3, 42 * SEQ_FILE + 777 * SEQ_POS + 3)
+    got = list(zip(*(batch.column(c).to_pylist() for c in ("before", "after", "key", "row", "seq"))))
+    assert [(b_, a, k, r, int(s)) for b_, a, k, r, s in got] == want
+    assert set(batch.column("op").to_pylist()) == {op} and set(batch.column("query").to_pylist()) == {"q"}
+
+
+def test_seq_buffer_equals_pyarrow_conversion():
+    values = [0, 1, 10**24 + 5 * 10**12, 999_999 * 10**24 + 2**40 * 10**12 + 12345, 10**38 - 1,
+              -(10**38) + 1]
+    b = EnvelopeBuilder()
+    b.cols[13].extend(values)
+    for col in b.cols[:13] + b.cols[14:]:
+        col.extend([None] * len(values))
+    got = b.take().column("seq")
+    assert got.equals(pa.array(values, type=pa.decimal128(38, 0)))
+    assert EnvelopeBuilder().take().num_rows == 0
