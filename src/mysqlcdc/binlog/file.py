@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 from typing import Iterator
 
 from ..errors import EncryptedBinlogError, MalformedEventError, TruncatedEventError
@@ -10,43 +11,82 @@ from . import constants as C
 
 __all__ = ["iter_binlog_file", "iter_binlog_bytes"]
 
+_U32 = struct.Struct("<I").unpack_from
+_CHUNK = 8 << 20
 
-def iter_binlog_file(path: str | os.PathLike[str]) -> Iterator[tuple[int, bytes]]:
+
+def iter_binlog_file(path: str | os.PathLike[str], chunk: int = _CHUNK) -> Iterator[tuple[int, bytes]]:
     """Yield ``(start_pos, raw event)`` for every event after the 4-byte magic.
 
     Raises EncryptedBinlogError for encrypted files (MySQL's ``\\xfdbin`` magic or a
     MariaDB START_ENCRYPTION event), TruncatedEventError when the file ends inside
-    an event, MalformedEventError for impossible sizes or a wrong magic.
+    an event, MalformedEventError for impossible sizes or a wrong magic. The file is
+    read ``chunk`` bytes at a time (more for a larger event), so a reader that stops
+    early reads little and memory stays bounded.
     """
+    name = os.path.basename(os.fspath(path))
     with open(path, "rb") as f:
-        data = f.read()
-    yield from iter_binlog_bytes(data, os.path.basename(os.fspath(path)))
+        buf = f.read(max(chunk, 4))
+        _check_magic(buf[:4], name)
+        base, i, eof = 0, 4, len(buf) < max(chunk, 4)
+        while True:
+            n = len(buf)
+            while n - i >= C.LOG_EVENT_HEADER_LEN:
+                size = _U32(buf, i + 9)[0]
+                if size < C.LOG_EVENT_HEADER_LEN:
+                    raise MalformedEventError(f"event size {size} is below the header size",
+                                              file=name, pos=base + i, event_type=buf[i + 4])
+                end = i + size
+                if end > n:
+                    break
+                yield base + i, buf[i:end]
+                if buf[i + 4] == C.MARIA_START_ENCRYPTION_EVENT:
+                    raise EncryptedBinlogError("MariaDB START_ENCRYPTION: the events after it are encrypted",
+                                               file=name, pos=base + i, event_type=buf[i + 4])
+                i = end
+            if eof:
+                break
+            need = _U32(buf, i + 9)[0] if n - i >= C.LOG_EVENT_HEADER_LEN else 0
+            more = f.read(max(chunk, need - (n - i)))
+            eof = not more
+            base, buf, i = base + i, buf[i:] + more, 0
+    # the rest of the file holds no whole event: the same errors as for the bytes
+    for _ in _frame(buf, i, name, base):
+        pass
 
 
 def iter_binlog_bytes(data: bytes, name: str | None = None) -> Iterator[tuple[int, bytes]]:
     """As ``iter_binlog_file`` over a binlog file's bytes already in memory."""
-    magic = data[:4]
+    _check_magic(data[:4], name)
+    yield from _frame(data, 4, name, 0)
+
+
+def _check_magic(magic: bytes, name: str | None) -> None:
     if magic == C.BINLOG_MAGIC_ENCRYPTED:
         raise EncryptedBinlogError("MySQL encrypted binlog file (magic fd 62 69 6e)", file=name, pos=0)
     if magic != C.BINLOG_MAGIC:
-        if len(data) < 4 and C.BINLOG_MAGIC.startswith(magic):
+        if len(magic) < 4 and C.BINLOG_MAGIC.startswith(magic):
             raise TruncatedEventError("file ends inside the binlog magic", file=name, pos=0)
         raise MalformedEventError(f"not a binlog file (magic {magic.hex()})", file=name, pos=0)
-    pos, total = 4, len(data)
+
+
+def _frame(data: bytes, pos: int, name: str | None, base: int) -> Iterator[tuple[int, bytes]]:
+    """Events of ``data`` from ``pos`` (``base`` is the file position of ``data[0]``)."""
+    total = len(data)
     while pos < total:
         if total - pos < C.LOG_EVENT_HEADER_LEN:
             raise TruncatedEventError(f"file ends {total - pos} bytes into an event header",
-                                      file=name, pos=pos)
+                                      file=name, pos=base + pos)
         type_code = data[pos + 4]
-        size = int.from_bytes(data[pos + 9:pos + 13], "little")
+        size = _U32(data, pos + 9)[0]
         if size < C.LOG_EVENT_HEADER_LEN:
             raise MalformedEventError(f"event size {size} is below the header size",
-                                      file=name, pos=pos, event_type=type_code)
+                                      file=name, pos=base + pos, event_type=type_code)
         if pos + size > total:
             raise TruncatedEventError(f"event of {size} bytes runs past the end of the file",
-                                      file=name, pos=pos, event_type=type_code)
-        yield pos, data[pos:pos + size]
+                                      file=name, pos=base + pos, event_type=type_code)
+        yield base + pos, data[pos:pos + size]
         if type_code == C.MARIA_START_ENCRYPTION_EVENT:
             raise EncryptedBinlogError("MariaDB START_ENCRYPTION: the events after it are encrypted",
-                                       file=name, pos=pos, event_type=type_code)
+                                       file=name, pos=base + pos, event_type=type_code)
         pos += size

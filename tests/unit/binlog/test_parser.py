@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mysqlcdc.binlog import events as E
-from mysqlcdc.binlog.file import iter_binlog_bytes
+from mysqlcdc.binlog.file import iter_binlog_bytes, iter_binlog_file
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.errors import (ChecksumMismatchError, EncryptedBinlogError, TruncatedEventError,
                              UnsupportedEventError)
@@ -75,3 +75,26 @@ def test_rotate_updates_file_name():
     p = _ready()
     ev = p.parse(event(4, struct.pack("<Q", 4) + b"binlog.000002"))[0]
     assert ev == E.RotateEvent(ev.header, "binlog.000002", 4) and p.file == "binlog.000002"
+
+
+def _framing(it):
+    """Every (pos, event) an iterator yields, then the error it ends with (or None)."""
+    out = []
+    try:
+        for item in it:
+            out.append(item)
+    except Exception as e:  # noqa: BLE001 - the error is what is compared
+        return out, (type(e).__name__, str(e), getattr(e, "pos", None))
+    return out, None
+
+
+@pytest.mark.parametrize("cut", [None, 3, 4, 10, 60, 61, 200, 255])
+def test_file_reads_in_chunks_like_bytes(tmp_path, cut):
+    data = b"\xfebin" + fde() + table_map(7, "narrow", NARROW) + rows_event(
+        7, 4, [narrow_row(i) for i in range(30)]) + event(16, b"\x01" * 8)
+    data = data if cut is None else data[:cut]
+    path = tmp_path / "t.000001"
+    path.write_bytes(data)
+    want = _framing(iter_binlog_bytes(data, "t.000001"))
+    for chunk in (1, 2, 5, 19, 64, 1 << 20):
+        assert _framing(iter_binlog_file(path, chunk=chunk)) == want
