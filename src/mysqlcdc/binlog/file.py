@@ -29,18 +29,18 @@ def iter_binlog_file(path: str | os.PathLike[str], chunk: int = _CHUNK) -> Itera
         buf = f.read(max(chunk, 4))
         _check_magic(buf[:4], name)
         base, i, eof = 0, 4, len(buf) < max(chunk, 4)
+        head, encryption = C.LOG_EVENT_HEADER_LEN, C.MARIA_START_ENCRYPTION_EVENT
         while True:
             n = len(buf)
-            while n - i >= C.LOG_EVENT_HEADER_LEN:
-                size = _U32(buf, i + 9)[0]
-                if size < C.LOG_EVENT_HEADER_LEN:
-                    raise MalformedEventError(f"event size {size} is below the header size",
+            while n - i >= head:
+                end = i + _U32(buf, i + 9)[0]
+                if end - i < head:
+                    raise MalformedEventError(f"event size {end - i} is below the header size",
                                               file=name, pos=base + i, event_type=buf[i + 4])
-                end = i + size
                 if end > n:
                     break
                 yield base + i, buf[i:end]
-                if buf[i + 4] == C.MARIA_START_ENCRYPTION_EVENT:
+                if buf[i + 4] == encryption:
                     raise EncryptedBinlogError("MariaDB START_ENCRYPTION: the events after it are encrypted",
                                                file=name, pos=base + i, event_type=buf[i + 4])
                 i = end

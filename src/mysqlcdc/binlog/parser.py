@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import (ChecksumMismatchError, DecodeError, EncryptedBinlogError,
@@ -32,7 +32,7 @@ from .compression import iter_inner_events, mariadb_uncompress, read_payload
 from .gtid import (read_mariadb_gtid, read_mariadb_gtid_list, read_mysql_gtid,
                    read_previous_gtids, read_tagged_gtid)
 from .reader import Reader, ShortRead
-from .rowsdecode import decode_rows_body
+from .rowsdecode import ROWS_FAST_CODES, decode_rows_body
 from .tablemap import read_column_metas, read_optional_metadata
 from .values.charsets import codec_for_collation, decode_text
 
@@ -40,12 +40,24 @@ __all__ = ["BinlogParser", "TableState"]
 
 _HEADER = struct.Struct("<IBIIIH")
 _HEADER_UNPACK = _HEADER.unpack_from
+_HEADER_LEN = C.LOG_EVENT_HEADER_LEN
 _EventHeader = E.EventHeader
+_new = object.__new__
+
+
+class _HeaderSlots:
+    """EventHeader's slot layout without its frozen ``__setattr__`` (see ``_parse``)."""
+
+    __slots__ = E.EventHeader.__slots__
 _crc32 = zlib.crc32
 _CRC_RESIDUE = 0x2144DF1C   # crc32(m + crc32(m) as 4 little-endian bytes), for every m
 _U64_FROM = struct.Struct("<Q").unpack_from
 _MARIA_GTID = struct.Struct("<QIB").unpack_from
-_XidEvent = E.XidEvent
+# the hot events, built without a type call (see events.factory)
+_XidEvent = E.factory(E.XidEvent)
+_MariadbGtidEvent = E.factory(E.MariadbGtidEvent)
+_AnnotateRowsEvent = E.factory(E.MariadbAnnotateRowsEvent)
+_TableMapEvent = E.factory(E.TableMapEvent)
 _VERSION = re.compile(rb"^(\d+)\.(\d+)\.(\d+)")
 _IGNORABLE = {
     C.INTVAR_EVENT: "INTVAR", C.RAND_EVENT: "RAND", C.USER_VAR_EVENT: "USER_VAR",
@@ -68,8 +80,6 @@ class TableState:
     event: E.TableMapEvent
     columns: tuple[ColumnSpec, ...]
     included: bool
-    # (event type, image bitmaps) -> (decoder, column names): the hot path's cache
-    decoders: dict = field(default_factory=dict, compare=False)
 
 
 class BinlogParser:
@@ -92,6 +102,8 @@ class BinlogParser:
         self.table_maps: dict[int, TableState] = {}
         self._spec_cache: dict[tuple, tuple[ColumnSpec, ...]] = {}
         self._tm_cache: dict[bytes, tuple] = {}
+        # rows event type -> {post-header, column count and bitmap bytes: what they decode to}
+        self.rows_cache: dict[int, dict[bytes, tuple]] = {code: {} for code in ROWS_FAST_CODES}
         self._handlers = self._dispatch_table()
 
     # --- entry point ------------------------------------------------------
@@ -100,7 +112,7 @@ class BinlogParser:
         if data.__class__ is not bytes:
             data = bytes(data)
         try:
-            return self._parse(data, pos, checksummed=True)
+            return self._parse(data, pos, True)
         except DecodeError as e:
             if e.file is None and e.pos is None:
                 raise type(e)(e.message, file=self.file, pos=pos, event_type=_type_code(data)) from e
@@ -114,31 +126,37 @@ class BinlogParser:
 
     def _parse(self, data: bytes, pos: int | None, checksummed: bool) -> list[E.Event]:
         n = len(data)
-        if n < C.LOG_EVENT_HEADER_LEN:
+        if n < _HEADER_LEN:
             raise TruncatedEventError(f"event of {n} bytes is shorter than its header")
         ts, type_code, server_id, size, log_pos, flags = _HEADER_UNPACK(data)
         if size != n:
             if size > n:
                 raise TruncatedEventError(f"event claims {size} bytes, {n} present")
             raise MalformedEventError(f"event size {size} does not match its {n} bytes")
-        header = _EventHeader(ts, type_code, server_id, size, log_pos, flags)
+        header = _new(_HeaderSlots)         # filled as a plain object, then made the
+        header.timestamp = ts               # frozen EventHeader (same slots): a third of
+        header.type_code = type_code        # the cost of a frozen dataclass __init__
+        header.server_id = server_id
+        header.event_size = size
+        header.log_pos = log_pos
+        header.flags = flags
+        header.__class__ = _EventHeader
         handler = self._handlers.get(type_code)
         if handler is None:
             if type_code == C.FORMAT_DESCRIPTION_EVENT:
                 return [self._format_description(header, data)]
             if type_code == C.START_EVENT_V3:
                 return [self._start_v3(header, data)]
-        end = n
         # CRC32 over the whole event, its own CRC included, leaves a constant residue
         # exactly when the CRC matches: no slice of the covered bytes needed.
         if checksummed and (self.checksum if self.fde is not None
                             else n >= 23 and _crc32(data) == _CRC_RESIDUE):
-            end -= 4
+            n -= 4
             if self.verify_checksum and _crc32(data) != _CRC_RESIDUE:
                 raise ChecksumMismatchError("event CRC32 does not match its bytes")
         if handler is None:
             return [self._unknown(header)]
-        result = handler(header, data, self.header_length, end)
+        result = handler(header, data, self.header_length, n)
         return result if result.__class__ is list else [result]
 
     # --- framing helpers ----------------------------------------------------
@@ -208,6 +226,8 @@ class BinlogParser:
         fde = E.FormatDescriptionEvent(header, version, server_version.decode("ascii", "replace"),
                                        header_len, post, alg)
         self.fde, self.header_length, self.post_header = fde, header_len, post
+        for cache in self.rows_cache.values():
+            cache.clear()
         self.checksum, self.mariadb = alg == C.BINLOG_CHECKSUM_ALG_CRC32, mariadb
         return fde
 
@@ -222,6 +242,8 @@ class BinlogParser:
         fde = E.FormatDescriptionEvent(header, version, server_version, C.LOG_EVENT_HEADER_LEN,
                                        _V3_POST_HEADER, C.BINLOG_CHECKSUM_ALG_OFF)
         self.fde, self.header_length, self.post_header = fde, C.LOG_EVENT_HEADER_LEN, _V3_POST_HEADER
+        for cache in self.rows_cache.values():
+            cache.clear()
         self.checksum = self.mariadb = False
         return fde
 
@@ -268,8 +290,8 @@ class BinlogParser:
             seq, domain, flags2 = _MARIA_GTID(data, p)
         else:
             seq, domain, flags2 = read_mariadb_gtid(Reader(data, p, end))
-        return E.MariadbGtidEvent(header, domain, header.server_id, seq, flags2,
-                                  bool(flags2 & C.MARIADB_FL_STANDALONE))
+        return _MariadbGtidEvent(header, domain, header.server_id, seq, flags2,
+                                 bool(flags2 & C.MARIADB_FL_STANDALONE))
 
     def _mariadb_gtid_list(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.MariadbGtidListEvent:
         return E.MariadbGtidListEvent(header, read_mariadb_gtid_list(Reader(data, p, end)))
@@ -279,7 +301,7 @@ class BinlogParser:
         return E.MariadbBinlogCheckpointEvent(header, r.take(r.u32()).decode("utf-8", "backslashreplace"))
 
     def _annotate(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.MariadbAnnotateRowsEvent:
-        return E.MariadbAnnotateRowsEvent(header, data[p:end].decode("utf-8", "backslashreplace"))
+        return _AnnotateRowsEvent(header, data[p:end].decode("utf-8", "backslashreplace"))
 
     def _rows_query(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.RowsQueryEvent:
         return E.RowsQueryEvent(header, data[p + 1:end].decode("utf-8", "backslashreplace"))
@@ -346,9 +368,9 @@ class BinlogParser:
             if (tdef is None or self.tables(ev.schema, ev.table) is tdef) and (
                     self.include is None or self.include(ev.schema, ev.table) == state.included):
                 self.table_maps[ev.table_id] = state
-                return E.TableMapEvent(header, ev.table_id, ev.schema, ev.table, ev.column_types,
-                                       ev.column_metas, ev.nullable, ev.column_names,
-                                       ev.primary_key, ev.optional_metadata)
+                return _TableMapEvent(header, ev.table_id, ev.schema, ev.table, ev.column_types,
+                                      ev.column_metas, ev.nullable, ev.column_names,
+                                      ev.primary_key, ev.optional_metadata)
         event = self._decode_table_map(header, data, p, end)
         state = self.table_maps[event.table_id]
         tdef = None

@@ -98,3 +98,30 @@ def test_file_reads_in_chunks_like_bytes(tmp_path, cut):
     want = _framing(iter_binlog_bytes(data, "t.000001"))
     for chunk in (1, 2, 5, 19, 64, 1 << 20):
         assert _framing(iter_binlog_file(path, chunk=chunk)) == want
+
+
+def test_header_is_the_frozen_event_header():
+    import dataclasses
+    ev = _ready().parse(rows_event(7, 4, [narrow_row(1)]))[0]
+    assert type(ev.header) is E.EventHeader and ev.header == E.EventHeader(*dataclasses.astuple(ev.header))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ev.header.flags = 1
+
+
+def test_rows_cache_follows_the_table_map_in_force():
+    p = _ready()
+    raw = rows_event(7, 4, [narrow_row(1)])
+    assert p.parse(raw)[0].rows[0][1]["a"] == 1
+    assert p.parse(raw)[0].rows[0][1]["a"] == 1          # from the cache
+    renamed = [("x" + name, *rest) for name, *rest in NARROW]
+    p.parse(table_map(7, "narrow", renamed))            # the same table id, new columns
+    ev = p.parse(raw)[0]
+    assert ev.rows[0][1] == {"xa": 1, "xb": 2, "xc": 3, "xd": "value-01"} and ev.table == "narrow"
+    p.parse(table_map(7, "other", NARROW))
+    assert p.parse(raw)[0].table == "other"
+    p.parse(fde())                                      # a new FORMAT_DESCRIPTION empties it
+    assert all(not cache for cache in p.rows_cache.values())
+    q = BinlogParser(include=lambda db, t: False)
+    q.parse(fde())
+    q.parse(table_map(7, "narrow", NARROW))
+    assert q.parse(raw)[0].rows is None and q.parse(raw)[0].rows is None
