@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MalformedEventError, UnsupportedEventError
@@ -17,7 +16,7 @@ from .values.json_diff import JSON_DIFF_TYPE, JsonDiffList, apply_json_diffs
 if TYPE_CHECKING:
     from .parser import BinlogParser
 
-__all__ = ["decode_rows_body"]
+__all__ = ["decode_rows_body", "ROWS_FAST_CODES"]
 
 _KIND = {}
 for _codes, _kind in (
@@ -37,12 +36,12 @@ _V2 = frozenset({C.WRITE_ROWS_EVENT, C.UPDATE_ROWS_EVENT, C.DELETE_ROWS_EVENT,
 _COMPRESSED = frozenset(range(C.MARIA_WRITE_ROWS_COMPRESSED_EVENT_V1, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT + 1))
 _DUMMY_TABLE_IDS = (0xFFFFFF, 0xFFFFFFFF, 0xFFFFFFFFFFFF)
 # rows events the fast path takes -> (post-header length, update); the post-header is
-# the table id (6 bytes), flags and, for v2, the extra-data length
+# the table id (6 bytes), flags and, for v2, the extra-data length (2: no extra data)
 _FAST = {C.WRITE_ROWS_EVENT_V1: (8, False), C.UPDATE_ROWS_EVENT_V1: (8, True),
          C.DELETE_ROWS_EVENT_V1: (8, False), C.WRITE_ROWS_EVENT: (10, False),
          C.UPDATE_ROWS_EVENT: (10, True), C.DELETE_ROWS_EVENT: (10, False)}
-_ROWS_HEAD = struct.Struct("<IHHH").unpack_from
-_RowsEvent = E.RowsEvent
+ROWS_FAST_CODES = tuple(_FAST)
+_RowsEvent = E.factory(E.RowsEvent)
 
 
 def _skip_extra_data(r: Reader, kind: str) -> None:
@@ -73,30 +72,33 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
     """One rows event; ``rows`` is None when the table is filtered out."""
     code = header.type_code
     fast = _FAST.get(code)
-    if fast is not None and end - p >= 11:
-        # v1/v2 rows events without extra data, fewer than 251 columns, a decoder
-        # already compiled for these image bitmaps: the common case, no Reader.
-        post, update = fast
-        lo, hi, flags, extra = _ROWS_HEAD(data, p)
-        ph = parser.post_header
-        if (code > len(ph) or ph[code - 1] == post) and (post == 8 or extra == 2):
-            state = parser.table_maps.get(lo | hi << 32)
-            q = p + post
-            width = data[q]
-            if state is not None and state.included and width < 251:
-                nbm = (width + 7) >> 3
-                start = q + 1 + (nbm + nbm if update else nbm)
-                by_bitmaps = state.decoders.get(code)
-                cached = by_bitmaps.get(data[q:start]) if by_bitmaps is not None else None
-                if cached is not None and start <= end:
-                    decoder, names, kind = cached
+    if fast is not None:
+        # The common case: the same post-header, column count and image bitmaps as an
+        # earlier event of a table whose TABLE_MAP is still in force. Those bytes are the
+        # key of everything the slow path worked out (see ``_remember``).
+        q = p + fast[0]
+        if q < end:
+            nbm = (data[q] + 7) >> 3
+            start = q + 1 + (nbm + nbm if fast[1] else nbm)
+            hit = parser.rows_cache[code].get(data[p:start])
+            if hit is not None and start <= end:
+                state, decoder, kind, table_id, schema, table, stmt_end, names = hit
+                if parser.table_maps.get(table_id) is state:
                     rows, pos = decoder(data, start, end)
                     if pos != end:
                         raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
-                    tm = state.event
-                    return _RowsEvent(header, kind, lo | hi << 32, tm.schema, tm.table, rows,
-                                      bool(flags & C.STMT_END_F), names)
+                    return _RowsEvent(header, kind, table_id, schema, table, rows, stmt_end, names)
     return _decode_rows_body(parser, header, data, p, end)
+
+
+def _remember(parser: BinlogParser, code: int, key: bytes, entry: tuple) -> None:
+    """Cache what decoding a plain v1/v2 rows event found, under its post-header, column
+    count and bitmap bytes (``parser.rows_cache`` is emptied when a FORMAT_DESCRIPTION
+    changes the post-header lengths)."""
+    cache = parser.rows_cache[code]
+    if len(cache) >= 4096:
+        cache.clear()
+    cache[key] = entry
 
 
 def _decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p: int,
@@ -123,7 +125,6 @@ def _decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, 
     if not state.included:
         return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, None, stmt_end)
     cols = state.columns
-    width_at = r.pos
     width = r.packed()
     if width > len(cols):
         raise MalformedEventError(f"rows event has {width} columns, its TABLE_MAP {len(cols)}")
@@ -150,9 +151,8 @@ def _decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, 
         if pos != stop:
             raise MalformedEventError(f"row images end at {pos}, the event data at {stop}")
         if cacheable and width < 251 and code in _FAST:
-            by_bitmaps = state.decoders.setdefault(code, {})
-            if len(by_bitmaps) < 64:
-                by_bitmaps[data[width_at:r.pos]] = (decoder, names, kind)
+            _remember(parser, code, data[p:r.pos], (state, decoder, kind, table_id, tm.schema,
+                                                    tm.table, stmt_end, names))
     return E.RowsEvent(header, kind, table_id, tm.schema, tm.table, rows, stmt_end, names)
 
 
