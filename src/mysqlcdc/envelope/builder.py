@@ -1,15 +1,18 @@
 """Row changes -> columnar envelope batches (``pyarrow.RecordBatch``).
 
-Built for throughput: one Python list per envelope column, filled row by row
-in a tight loop, turned into Arrow arrays once per batch.
+Built for throughput: per row only the three JSON texts are Python objects; the
+columns a rows event's rows share are kept once per event and expanded by Arrow
+when the batch is taken.
 """
 
 from __future__ import annotations
 
 import json
+from itertools import accumulate
 from typing import Any, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from orjson import JSONEncodeError as _OrjsonError
 from orjson import dumps as _orjson_dumps
 
@@ -44,18 +47,26 @@ class TxnContext:
 
 
 class EnvelopeBuilder:
-    """Accumulates envelope rows; ``take()`` returns them as a RecordBatch."""
+    """Accumulates envelope rows; ``take()`` returns them as a RecordBatch.
+
+    Per row only the JSON texts (before, after, key) are kept; everything a rows
+    event's rows share is one record per event, expanded into columns by Arrow
+    (run-end decoding) when the batch is taken.
+    """
 
     def __init__(self) -> None:
         self._reset()
 
     def _reset(self) -> None:
-        self.cols: list[list[Any]] = [[] for _ in ARROW_SCHEMA]
-        # seq as the decimal128 column's own buffer: 16 little-endian bytes per row
-        self._seq = bytearray()
+        self._before: list[str | None] = []
+        self._after: list[str | None] = []
+        self._key: list[str | None] = []
+        # per event: (rows, op, db, table, ts_ms, server_id, gtid, txn_id, file, pos,
+        #             query, first row, seq of the first row)
+        self._events: list[tuple] = []
 
     def __len__(self) -> int:
-        return len(self.cols[0])
+        return len(self._key)
 
     def add_rows(
         self,
@@ -72,53 +83,31 @@ class EnvelopeBuilder:
         query: str | None = None,
     ) -> int:
         """Append one rows event's changes; returns the next row index."""
-        (c_op, c_db, c_table, c_before, c_after, c_key, c_ts, c_sid, c_gtid, c_txn,
-         c_file, c_pos, c_row, c_seq, c_query) = self.cols
         n = len(rows)
-        base_seq = file_number * SEQ_FILE + pos * SEQ_POS + first_row
+        if not n:
+            return first_row
         if n == 1:
             before, after = rows[0]
             b = None if before is None else _encode(before)
             a = None if after is None else _encode(after)
-            c_before.append(b)
-            c_after.append(a)
+            self._before.append(b)
+            self._after.append(a)
             if key_columns:
-                c_key.append(_key_text(key_columns, before, after, op))
+                self._key.append(_key_text(key_columns, before, after, op))
             else:
-                c_key.append(b if op == OP_DELETE else a)
-            c_op.append(op)
-            c_db.append(db)
-            c_table.append(table)
-            c_ts.append(txn.ts_ms)
-            c_sid.append(txn.server_id)
-            c_gtid.append(txn.gtid)
-            c_txn.append(txn.txn_id)
-            c_file.append(file)
-            c_pos.append(pos)
-            c_row.append(first_row)
-            c_seq.append(base_seq)
-            c_query.append(query)
-            return first_row + 1
-        befores = _encode_all([b for b, _ in rows])
-        afters = _encode_all([a for _, a in rows])
-        c_before.extend(befores)
-        c_after.extend(afters)
-        if key_columns:
-            c_key.extend([_key_text(key_columns, b, a, op) for b, a in rows])
+                self._key.append(b if op == OP_DELETE else a)
         else:
-            c_key.extend(befores if op == OP_DELETE else afters)
-        c_op.extend([op] * n)
-        c_db.extend([db] * n)
-        c_table.extend([table] * n)
-        c_ts.extend([txn.ts_ms] * n)
-        c_sid.extend([txn.server_id] * n)
-        c_gtid.extend([txn.gtid] * n)
-        c_txn.extend([txn.txn_id] * n)
-        c_file.extend([file] * n)
-        c_pos.extend([pos] * n)
-        c_row.extend(range(first_row, first_row + n))
-        c_seq.extend(range(base_seq, base_seq + n))
-        c_query.extend([query] * n)
+            befores = _encode_all([b for b, _ in rows])
+            afters = _encode_all([a for _, a in rows])
+            self._before += befores
+            self._after += afters
+            if key_columns:
+                self._key += [_key_text(key_columns, b, a, op) for b, a in rows]
+            else:
+                self._key += befores if op == OP_DELETE else afters
+        self._events.append((n, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
+                             file, pos, query, first_row,
+                             file_number * SEQ_FILE + pos * SEQ_POS + first_row))
         return first_row + n
 
     def add_event(self, op: str, db: str, table: str, before: dict | None, after: dict | None,
@@ -126,32 +115,63 @@ class EnvelopeBuilder:
                   pos: int) -> None:
         """Append one record that is not a row change (schema change ``s``, truncate ``t``):
         ``before``/``after`` are the table's definitions around it, ``query`` its statement."""
-        values = (op, db, table, None if before is None else _encode(before),
-                  None if after is None else _encode(after), None, txn.ts_ms, txn.server_id,
-                  txn.gtid, txn.txn_id, file, pos, 0, file_number * SEQ_FILE + pos * SEQ_POS,
-                  query)
-        for col, value in zip(self.cols, values):
-            col.append(value)
+        self._before.append(None if before is None else _encode(before))
+        self._after.append(None if after is None else _encode(after))
+        self._key.append(None)
+        self._events.append((1, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
+                             file, pos, query, 0, file_number * SEQ_FILE + pos * SEQ_POS))
 
     def take(self) -> pa.RecordBatch:
-        arrays = [_seq_array(col) if field.name == "seq" else pa.array(col, type=field.type)
-                  for col, field in zip(self.cols, ARROW_SCHEMA)]
+        total = len(self._key)
+        events = self._events
+        if not events:
+            return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA],
+                                              schema=ARROW_SCHEMA)
+        counts, op, db, table, ts, sid, gtid, txn, file, pos, query, first, seqs = zip(*events)
+        ends = pa.array(list(accumulate(counts)), pa.int64())
+
+        def per_event(values: tuple, typ: pa.DataType) -> pa.Array:
+            return _run_end_decode(ends, pa.array(values, type=typ))
+
+        # row = first row of its event + its index in the event
+        starts = [s - c for s, c in zip(accumulate(counts), counts)]
+        index = pc.subtract(pc.cumulative_sum(_run_end_decode(
+            pa.array([total], pa.int64()), pa.array([1], pa.int64()))), 1)
+        row = pc.add(index, per_event(tuple(f - s for f, s in zip(first, starts)), pa.int64()))
+        columns = {
+            "op": per_event(op, pa.string()), "db": per_event(db, pa.string()),
+            "table": per_event(table, pa.string()), "before": pa.array(self._before, pa.string()),
+            "after": pa.array(self._after, pa.string()), "key": pa.array(self._key, pa.string()),
+            "ts_ms": per_event(ts, pa.int64()), "server_id": per_event(sid, pa.int64()),
+            "gtid": per_event(gtid, pa.string()), "txn_id": per_event(txn, pa.string()),
+            "file": per_event(file, pa.string()), "pos": per_event(pos, pa.int64()),
+            "row": row.cast(pa.int32()), "seq": _seq_array(seqs, counts),
+            "query": per_event(query, pa.string()),
+        }
         self._reset()
-        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+
+
+def _run_end_decode(ends: pa.Array, values: pa.Array) -> pa.Array:
+    """``values[i]`` repeated up to row ``ends[i]`` (ends cumulative)."""
+    return pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, values))
 
 
 _SEQ_TYPE = ARROW_SCHEMA.field("seq").type
 _SEQ_MAX = 10**38
 
 
-def _seq_array(values: list[int]) -> pa.Array:
-    """The seq column from its Python ints, written straight into the decimal128 buffer
-    (16-byte little-endian two's complement); converting each int through pyarrow's
-    decimal path costs microseconds a row."""
-    if values and -_SEQ_MAX < min(values) and max(values) < _SEQ_MAX:
-        buf = b"".join([v.to_bytes(16, "little", signed=True) for v in values])
-        return pa.Array.from_buffers(_SEQ_TYPE, len(values), [None, pa.py_buffer(buf)])
-    return pa.array(values, type=_SEQ_TYPE)   # empty, or out of range: pyarrow decides
+def _seq_array(firsts: tuple[int, ...], counts: tuple[int, ...]) -> pa.Array:
+    """The seq column, ``firsts[i]``, ``firsts[i] + 1`` ... for ``counts[i]`` rows each,
+    written straight into the decimal128 buffer (16-byte little-endian two's
+    complement); converting each int through pyarrow's decimal path costs
+    microseconds a row."""
+    if -_SEQ_MAX < min(firsts) and max(f + c for f, c in zip(firsts, counts)) <= _SEQ_MAX:
+        buf = b"".join([(f + j).to_bytes(16, "little", signed=True)
+                        for f, c in zip(firsts, counts) for j in range(c)])
+        return pa.Array.from_buffers(_SEQ_TYPE, sum(counts), [None, pa.py_buffer(buf)])
+    # out of range: pyarrow decides
+    return pa.array([f + j for f, c in zip(firsts, counts) for j in range(c)], type=_SEQ_TYPE)
 
 
 def _encode_all(images: list[dict | None]) -> list[str | None]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from mysqlcdc.envelope.builder import EnvelopeBuilder, TxnContext, _encode, _key_of
+from mysqlcdc.envelope.builder import EnvelopeBuilder, TxnContext, _encode, _key_of, _seq_array
 from mysqlcdc.envelope.model import ARROW_SCHEMA
 from mysqlcdc.types import SEQ_FILE, SEQ_POS
 
@@ -62,12 +62,31 @@ def test_rows_match_the_plain_definition(op, key_columns, n):
 
 
 def test_seq_buffer_equals_pyarrow_conversion():
-    values = [0, 1, 10**24 + 5 * 10**12, 999_999 * 10**24 + 2**40 * 10**12 + 12345, 10**38 - 1,
-              -(10**38) + 1]
+    firsts = (0, 10**24 + 5 * 10**12, 999_999 * 10**24 + 2**40 * 10**12 + 12345, 10**38 - 3,
+              -(10**38) + 1)
+    counts = (1, 3, 2, 3, 1)
+    want = [f + j for f, c in zip(firsts, counts) for j in range(c)]
+    assert _seq_array(firsts, counts).equals(pa.array(want, type=pa.decimal128(38, 0)))
+
+
+def test_events_and_rows_mix_and_empty_batches():
+    ctx = TxnContext()
     b = EnvelopeBuilder()
-    b.cols[13].extend(values)
-    for col in b.cols[:13] + b.cols[14:]:
-        col.extend([None] * len(values))
-    got = b.take().column("seq")
-    assert got.equals(pa.array(values, type=pa.decimal128(38, 0)))
-    assert EnvelopeBuilder().take().num_rows == 0
+    assert b.take().num_rows == 0 and b.take().schema == ARROW_SCHEMA
+    assert b.add_rows("c", "db", "t", [], ("id",), ctx, "bin.000001", 1, 4, 0) == 0
+    b.add_rows("c", "db", "t", [(None, {"id": 1})] * 3, ("id",), ctx, "bin.000001", 1, 100, 0)
+    b.add_event("s", "db", "t", None, {"table": "t"}, "ALTER TABLE t ADD c INT", ctx,
+                "bin.000001", 1, 200)
+    ctx.gtid = "0-1-2"
+    b.add_rows("d", "db2", "u", [({"id": 2}, None)], None, ctx, "bin.000002", 2, 300, 5)
+    assert len(b) == 5
+    rows = b.take().to_pylist()
+    assert [(r["op"], r["db"], r["pos"], r["row"], r["gtid"], r["key"]) for r in rows] == [
+        ("c", "db", 100, 0, None, '{"id":1}'), ("c", "db", 100, 1, None, '{"id":1}'),
+        ("c", "db", 100, 2, None, '{"id":1}'), ("s", "db", 200, 0, None, None),
+        ("d", "db2", 300, 5, "0-1-2", '{"id":2}')]
+    assert [int(r["seq"]) for r in rows] == [
+        10**24 + 100 * 10**12, 10**24 + 100 * 10**12 + 1, 10**24 + 100 * 10**12 + 2,
+        10**24 + 200 * 10**12, 2 * 10**24 + 300 * 10**12 + 5]
+    assert rows[3]["query"] == "ALTER TABLE t ADD c INT" and rows[3]["after"] == '{"table":"t"}'
+    assert len(b) == 0 and b.take().num_rows == 0
