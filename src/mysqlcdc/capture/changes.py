@@ -119,18 +119,19 @@ class ChangeDecoder:
         row_index = 0
         boundary = False
         for ev in events:
-            if isinstance(ev, RowsEvent):
+            cls = ev.__class__                # event classes have no subclasses
+            if cls is RowsEvent:
                 row_index = self._rows(ev, raw, row_index)
                 boundary = False
                 continue
-            if isinstance(ev, TableMapEvent):
+            if cls is TableMapEvent:
                 self.keys[ev.table_id] = self._key_columns(ev)
-            elif isinstance(ev, QueryEvent):
+            elif cls is QueryEvent:
                 if self.history is not None:
                     self._schema_changes(ev, raw)
                 elif self.ddl is not None:
                     self.ddl.query(ev)
-            elif isinstance(ev, (MariadbAnnotateRowsEvent, RowsQueryEvent)):
+            elif cls is MariadbAnnotateRowsEvent or cls is RowsQueryEvent:
                 if self.include_query:
                     self.query = ev.query
             boundary = self.tracker.observe(ev, raw.file, raw.pos)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from mysqlcdc.binlog.events import (
     Event,
     GtidEvent,
+    MariadbAnnotateRowsEvent,
     MariadbGtidEvent,
     QueryEvent,
     RotateEvent,
@@ -42,6 +43,11 @@ class TxnTracker:
 
     def observe(self, ev: Event, file: str, pos: int) -> bool:
         """Account for ``ev`` (starting at ``file:pos``); True if a boundary follows it."""
+        cls = ev.__class__
+        if cls is XidEvent:                   # the most common events first, by class
+            return self._end()
+        if cls is MariadbAnnotateRowsEvent:
+            return not self.in_txn and not self._group_open
         if isinstance(ev, (RowsEvent, TableMapEvent)):
             if not self.in_txn and not self._group_open:
                 self._start(ev, file, pos, None, None)
