@@ -128,19 +128,19 @@ class BinlogParser:
         n = len(data)
         if n < _HEADER_LEN:
             raise TruncatedEventError(f"event of {n} bytes is shorter than its header")
-        ts, type_code, server_id, size, log_pos, flags = _HEADER_UNPACK(data)
-        if size != n:
+        fields = _HEADER_UNPACK(data)
+        if fields[3] != n:
+            size = fields[3]
             if size > n:
                 raise TruncatedEventError(f"event claims {size} bytes, {n} present")
             raise MalformedEventError(f"event size {size} does not match its {n} bytes")
-        header = _new(_HeaderSlots)         # filled as a plain object, then made the
-        header.timestamp = ts               # frozen EventHeader (same slots): a third of
-        header.type_code = type_code        # the cost of a frozen dataclass __init__
-        header.server_id = server_id
-        header.event_size = size
-        header.log_pos = log_pos
-        header.flags = flags
+        # filled as a plain object, then made the frozen EventHeader (same slots): a
+        # third of the cost of a frozen dataclass __init__
+        header = _new(_HeaderSlots)
+        (header.timestamp, header.type_code, header.server_id, header.event_size, header.log_pos,
+         header.flags) = fields
         header.__class__ = _EventHeader
+        type_code = fields[1]
         handler = self._handlers.get(type_code)
         if handler is None:
             if type_code == C.FORMAT_DESCRIPTION_EVENT:

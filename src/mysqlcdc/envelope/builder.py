@@ -1,6 +1,7 @@
 """Row changes -> columnar envelope batches (``pyarrow.RecordBatch``).
 
-Built for throughput: per row only the three JSON texts are Python objects; the
+Built for throughput: per row only the three JSON texts are Python objects (row
+images as the UTF-8 bytes orjson writes, never decoded into str); the
 columns a rows event's rows share are kept once per event and expanded by Arrow
 when the batch is taken.
 """
@@ -30,6 +31,15 @@ def _encode(value: Any) -> str:
     through the standard library instead."""
     try:
         return _orjson_dumps(value).decode()
+    except _OrjsonError:
+        return _encoder.encode(value)
+
+
+def _encode_utf8(value: Any) -> bytes | str:
+    """``_encode`` as the bytes orjson writes (str when the standard library had to):
+    row images go to Arrow as UTF-8 bytes, never decoded into Python str."""
+    try:
+        return _orjson_dumps(value)
     except _OrjsonError:
         return _encoder.encode(value)
 
@@ -88,12 +98,19 @@ class EnvelopeBuilder:
             return first_row
         if n == 1:
             before, after = rows[0]
-            b = None if before is None else _encode(before)
-            a = None if after is None else _encode(after)
+            b = None if before is None else _encode_utf8(before)
+            a = None if after is None else _encode_utf8(after)
             self._before.append(b)
             self._after.append(a)
             if key_columns:
-                self._key.append(_key_text(key_columns, before, after, op))
+                # the common key, one int column of the new (deleted) image, inline
+                img = before if op == OP_DELETE else after
+                if (len(key_columns) == 1 and img is not None
+                        and (v := img.get(key_columns[0])).__class__ is int):
+                    prefix = _KEY_PREFIX.get(key_columns[0]) or _key_prefix(key_columns[0])
+                    self._key.append(prefix + str(v) + "}")
+                else:
+                    self._key.append(_key_text(key_columns, before, after, op))
             else:
                 self._key.append(b if op == OP_DELETE else a)
         else:
@@ -101,7 +118,14 @@ class EnvelopeBuilder:
             afters = _encode_all([a for _, a in rows])
             self._before += befores
             self._after += afters
-            if key_columns:
+            if key_columns and len(key_columns) == 1:
+                k = key_columns[0]
+                prefix = _KEY_PREFIX.get(k) or _key_prefix(k)
+                side = 0 if op == OP_DELETE else 1
+                self._key += [prefix + str(v) + "}"
+                              if r[side] is not None and (v := r[side].get(k)).__class__ is int
+                              else _key_text(key_columns, r[0], r[1], op) for r in rows]
+            elif key_columns:
                 self._key += [_key_text(key_columns, b, a, op) for b, a in rows]
             else:
                 self._key += befores if op == OP_DELETE else afters
@@ -140,8 +164,8 @@ class EnvelopeBuilder:
         row = pc.add(index, per_event(tuple(f - s for f, s in zip(first, starts)), pa.int64()))
         columns = {
             "op": per_event(op, pa.string()), "db": per_event(db, pa.string()),
-            "table": per_event(table, pa.string()), "before": pa.array(self._before, pa.string()),
-            "after": pa.array(self._after, pa.string()), "key": pa.array(self._key, pa.string()),
+            "table": per_event(table, pa.string()), "before": _text_array(self._before),
+            "after": _text_array(self._after), "key": _text_array(self._key),
             "ts_ms": per_event(ts, pa.int64()), "server_id": per_event(sid, pa.int64()),
             "gtid": per_event(gtid, pa.string()), "txn_id": per_event(txn, pa.string()),
             "file": per_event(file, pa.string()), "pos": per_event(pos, pa.int64()),
@@ -150,6 +174,12 @@ class EnvelopeBuilder:
         }
         self._reset()
         return pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+
+
+def _text_array(values: list[bytes | str | None]) -> pa.Array:
+    """A string array from UTF-8 bytes (and str): filled as binary, then cast, which
+    checks the UTF-8 once in Arrow instead of decoding and re-encoding each text."""
+    return pa.array(values, pa.binary()).cast(pa.string())
 
 
 def _run_end_decode(ends: pa.Array, values: pa.Array) -> pa.Array:
@@ -174,15 +204,21 @@ def _seq_array(firsts: tuple[int, ...], counts: tuple[int, ...]) -> pa.Array:
     return pa.array([f + j for f, c in zip(firsts, counts) for j in range(c)], type=_SEQ_TYPE)
 
 
-def _encode_all(images: list[dict | None]) -> list[str | None]:
-    """``_encode`` of every image (None stays None), orjson in one comprehension."""
+def _encode_all(images: list[dict | None]) -> list[bytes | str | None]:
+    """``_encode_utf8`` of every image (None stays None), orjson in one comprehension."""
     try:
-        return [None if i is None else _orjson_dumps(i).decode() for i in images]
+        return [None if i is None else _orjson_dumps(i) for i in images]
     except _OrjsonError:
-        return [None if i is None else _encode(i) for i in images]
+        return [None if i is None else _encode_utf8(i) for i in images]
 
 
 _KEY_PREFIX: dict[str, str] = {}
+
+
+def _key_prefix(column: str) -> str:
+    """``{"column":`` as orjson writes it, remembered per column name."""
+    prefix = _KEY_PREFIX[column] = "{" + _encode(column) + ":"
+    return prefix
 
 
 def _key_text(key_columns: Sequence[str], before: dict | None, after: dict | None, op: str) -> str:
@@ -196,9 +232,7 @@ def _key_text(key_columns: Sequence[str], before: dict | None, after: dict | Non
             v = other.get(k) if other else None
         t = v.__class__
         if t is int or t is str:
-            prefix = _KEY_PREFIX.get(k)
-            if prefix is None:
-                prefix = _KEY_PREFIX[k] = "{" + _encode(k) + ":"
+            prefix = _KEY_PREFIX.get(k) or _key_prefix(k)
             if t is int:
                 return prefix + str(v) + "}"
             try:
