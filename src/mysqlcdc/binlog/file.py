@@ -31,22 +31,33 @@ def iter_binlog_file(path: str | os.PathLike[str], chunk: int = _CHUNK) -> Itera
         base, i, eof = 0, 4, len(buf) < max(chunk, 4)
         head, encryption = C.LOG_EVENT_HEADER_LEN, C.MARIA_START_ENCRYPTION_EVENT
         while True:
+            # frame every whole event of the buffer first, then hand them out in C
+            # (``yield from`` a list); anything wrong comes after the events before it
             n = len(buf)
+            events = []
+            append = events.append
+            bad = encrypted = False
             while n - i >= head:
                 end = i + _U32(buf, i + 9)[0]
                 if end - i < head:
-                    raise MalformedEventError(f"event size {end - i} is below the header size",
-                                              file=name, pos=base + i, event_type=buf[i + 4])
+                    bad = True
+                    break
                 if end > n:
                     break
-                yield base + i, buf[i:end]
+                append((base + i, buf[i:end]))
                 if buf[i + 4] == encryption:
-                    raise EncryptedBinlogError("MariaDB START_ENCRYPTION: the events after it are encrypted",
-                                               file=name, pos=base + i, event_type=buf[i + 4])
+                    encrypted = True
+                    break
                 i = end
+            yield from events
+            if bad:              # a size below the header's: raised as for bytes in memory
+                yield from _frame(buf, i, name, base)
+            if encrypted:
+                raise EncryptedBinlogError("MariaDB START_ENCRYPTION: the events after it are encrypted",
+                                           file=name, pos=base + i, event_type=encryption)
             if eof:
                 break
-            need = _U32(buf, i + 9)[0] if n - i >= C.LOG_EVENT_HEADER_LEN else 0
+            need = _U32(buf, i + 9)[0] if n - i >= head else 0
             more = f.read(max(chunk, need - (n - i)))
             eof = not more
             base, buf, i = base + i, buf[i:] + more, 0

@@ -88,11 +88,16 @@ def _framing(it):
     return out, None
 
 
-@pytest.mark.parametrize("cut", [None, 3, 4, 10, 60, 61, 200, 255])
+@pytest.mark.parametrize("cut", [None, 3, 4, 10, 60, 61, 200, 255, "bad size", "encrypted"])
 def test_file_reads_in_chunks_like_bytes(tmp_path, cut):
-    data = b"\xfebin" + fde() + table_map(7, "narrow", NARROW) + rows_event(
-        7, 4, [narrow_row(i) for i in range(30)]) + event(16, b"\x01" * 8)
-    data = data if cut is None else data[:cut]
+    events = [fde(), table_map(7, "narrow", NARROW), rows_event(7, 4, [narrow_row(i) for i in range(30)]),
+              event(16, b"\x01" * 8)]
+    if cut == "bad size":
+        events[2] = events[2][:9] + (5).to_bytes(4, "little") + events[2][13:]
+    elif cut == "encrypted":
+        events.insert(2, event(164, b"\x01" * 10))
+    data = b"\xfebin" + b"".join(events)
+    data = data if not isinstance(cut, int) else data[:cut]
     path = tmp_path / "t.000001"
     path.write_bytes(data)
     want = _framing(iter_binlog_bytes(data, "t.000001"))
