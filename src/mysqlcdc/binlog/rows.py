@@ -57,10 +57,6 @@ def vector_value(raw: bytes) -> list[float]:
     return [float32_value(raw[i:i + 4]) for i in range(0, len(raw), 4)]
 
 
-def _b64(raw: bytes) -> str:
-    return binascii.b2a_base64(raw, newline=False).decode("ascii")
-
-
 def decode_set(bits: int, labels: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(lab for i, lab in enumerate(labels) if bits >> i & 1)
 
@@ -85,13 +81,14 @@ _STATIC_ENV: dict[str, Any] = {
     "U64": struct.Struct("<Q").unpack_from, "S64": struct.Struct("<q").unpack_from,
     "F64": struct.Struct("<d").unpack_from, "U32BE": struct.Struct(">I").unpack_from,
     "U16BE": struct.Struct(">H").unpack_from, "F32V": float32_value, "VEC": vector_value,
-    "B64": _b64, "JSON": decode_json, "DATEC": T._ymd_cache, "DATEF": T.format_date,
+    "JSON": decode_json, "DATEC": T._ymd_cache, "DATEF": T.format_date,
     "DAYC": T._day_cache, "DAYF": T.format_date_packed, "HMSC": T._hms_cache,
     "HMSF": T.format_hms, "TSF": T.format_timestamp,
     "EPC": T._epoch_day_cache, "EPF": T.format_epoch_day, "SODC": T._sod_cache,
     "SODF": T.format_second_of_day, "TIME2P": T.time2_packed,
     "TIMEF": T.format_time_packed, "OLDTIMEF": T.format_old_time,
     "OLDDTF": T.format_old_datetime, "HEX": bytes.hex, "JDIFF": read_json_diffs,
+    "B2A": binascii.b2a_base64,
     "FB": int.from_bytes,   # bound once: ``int.from_bytes`` makes a bound method per call
 }
 
@@ -127,7 +124,8 @@ def _string_code(g: _Gen, col: ColumnSpec, n: str, pad: int = 0) -> str:
     """Expression turning data[pos:pos+n] into the column's value."""
     raw = f"data[pos:pos + {n}]"
     if col.codec is None:
-        return f"B64({raw}.ljust({pad}, b'\\x00'))" if pad else f"B64({raw})"
+        return (f"B2A({raw}.ljust({pad}, b'\\x00'), newline=False).decode('ascii')" if pad
+                else f"B2A({raw}, newline=False).decode('ascii')")
     return f"{raw}.decode({col.codec!r}, {error_mode(col.codec)!r})"
 
 
@@ -263,15 +261,17 @@ def _value_code(g: _Gen, col: ColumnSpec, ind: int, v: str) -> None:
     raise NotImplementedError(f"column type {col.type} of {col.name!r}")
 
 
-def _nullmap_code(g: _Gen, present: tuple[int, ...], ind: int) -> None:
-    """Code reading an image's null bitmap (one bit per present column) into ``nb``."""
+def _nullmap_code(g: _Gen, present: tuple[int, ...], ind: int, mask: bool = False) -> None:
+    """Code reading an image's null bitmap (one bit per present column) into ``nb``;
+    with ``mask``, without the unused high bits (servers set them)."""
     nb = (len(present) + 7) // 8
+    cut = f" & {(1 << len(present)) - 1:#x}" if mask and len(present) % 8 else ""
     if nb == 1:
-        g.emit(ind, "nb = data[pos]", "pos += 1")
+        g.emit(ind, f"nb = data[pos]{cut}", "pos += 1")
     elif nb == 2:
-        g.emit(ind, "nb = U16(data, pos)[0]", "pos += 2")
+        g.emit(ind, f"nb = U16(data, pos)[0]{cut}", "pos += 2")
     elif nb:
-        g.emit(ind, f"nb = FB(data[pos:pos + {nb}], 'little')", f"pos += {nb}")
+        g.emit(ind, f"nb = FB(data[pos:pos + {nb}], 'little'){cut}", f"pos += {nb}")
 
 
 def _branching_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int,
@@ -613,9 +613,7 @@ def _fast_image_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, 
     if not present:
         g.emit(ind, f"{out} = {{}}")
         return
-    _nullmap_code(g, present, ind)
-    if len(present) % 8:
-        g.emit(ind, f"nb &= {(1 << len(present)) - 1:#x}")
+    _nullmap_code(g, present, ind, mask=True)
     g.emit(ind, "if nb == 0:")
     _layout_code(g, cols, present, 0, ind + 1, out)
     layouts, make = _layouts(cols, present)
