@@ -122,6 +122,8 @@ def main() -> None:
     paths = [str(basedir / "data" / f) for f in files]
     defs = load_defs(args.tables)
     limit = None if args.all else args.limit
+    import pandas  # noqa: F401  pyarrow imports it on its first conversion: not timed, as in compare.py
+    import pyarrow.pandas_compat  # noqa: F401
     run = run_arrow if args.mode == "arrow" else run_parser
     if args.profile:
         prof = cProfile.Profile()
