@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import struct
 import zlib
+from functools import partial
 from dataclasses import dataclass
 from typing import Callable
 
@@ -198,7 +199,7 @@ class BinlogParser:
         for code in (*range(C.WRITE_ROWS_EVENT_V1, C.DELETE_ROWS_EVENT_V1 + 1),
                      *range(C.WRITE_ROWS_EVENT, C.DELETE_ROWS_EVENT + 1), C.PARTIAL_UPDATE_ROWS_EVENT,
                      *range(C.MARIA_WRITE_ROWS_COMPRESSED_EVENT_V1, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT + 1)):
-            h[code] = self._rows
+            h[code] = partial(decode_rows_body, self)   # as self._rows, one call fewer
         for code, name in _IGNORABLE.items():
             h[code] = lambda hd, d, p, e, name=name: E.IgnorableEvent(hd, name)
         return h
