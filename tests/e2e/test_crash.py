@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mysqlcdc.capture.server import current_position
+
+from tests.support.mariadb import binlog_position
 
 pytestmark = pytest.mark.e2e
 
@@ -75,9 +76,7 @@ def _writer(mariadb, db: str, done: threading.Event) -> None:
 
 def test_sigkill_restart_exactly_once(spark, mariadb, fresh_db, tmp_path):
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.item (id INT PRIMARY KEY, body VARCHAR(255))")
-    conn = mariadb.connect()
-    start = str(current_position(conn))
-    conn.close()
+    start = str(binlog_position(mariadb))
     config = _write_config(tmp_path, mariadb, fresh_db, start)
     done = threading.Event()
     writer = threading.Thread(target=_writer, args=(mariadb, fresh_db, done), daemon=True)

@@ -8,20 +8,14 @@ from collections import defaultdict
 
 import pytest
 
-from mysqlcdc.capture.server import current_position
 from mysqlcdc.sinks.kafka import KafkaSettings, read_last_commit, start_kafka
 from mysqlcdc.types import BinlogPosition, make_seq
 from tests.support.kafka import read_topic
 
+from tests.support.mariadb import binlog_position
+
 pytestmark = pytest.mark.e2e
 
-
-def _position(mariadb) -> BinlogPosition:
-    conn = mariadb.connect()
-    try:
-        return current_position(conn)
-    finally:
-        conn.close()
 
 
 def _settings(kafka, prefix: str, **extra) -> KafkaSettings:
@@ -65,9 +59,9 @@ def _updates_workload(mariadb, db: str, keys: int, txns: int) -> dict[int, list[
 
 def test_per_key_order_over_many_keys_and_partitions(spark, mariadb, kafka, fresh_db,
                                                      source_options, tmp_path):
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     history = _updates_workload(mariadb, fresh_db, keys=300, txns=150)
-    end = _position(mariadb)
+    end = binlog_position(mariadb)
     settings = _settings(kafka, fresh_db, partitions=5, transaction_topic="{prefix}.txns")
     _run(spark, source_options, tmp_path, settings, startingPosition=str(start),
          include=f"{fresh_db}.k", parallelism=2, maxEventsPerBatch=400)
@@ -114,7 +108,7 @@ def test_debezium_format_and_resume_from_sink_after_losing_the_checkpoint(
 
     from mysqlcdc.pipeline.runner import run_pipeline
 
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     mariadb.sql(
         f"CREATE TABLE `{fresh_db}`.acct (id BIGINT UNSIGNED PRIMARY KEY, bal DECIMAL(10,2), "
         "name VARCHAR(20))",
@@ -214,7 +208,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(mariadb, kafka, fresh_db,
 
     total = 450
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.item (id INT PRIMARY KEY, body VARCHAR(20))")
-    cfg = _pipeline(mariadb, kafka, fresh_db, tmp_path, _position(mariadb))
+    cfg = _pipeline(mariadb, kafka, fresh_db, tmp_path, binlog_position(mariadb))
     config = tmp_path / "pipeline.yaml"
     config.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
     settings = _settings(kafka, fresh_db, pipeline=cfg.name)
@@ -242,7 +236,7 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(mariadb, kafka, fresh_db,
     # N done: then N is replayed. So repeats start at the end of batch N-1 at the earliest.
     floor = _batch_end(kafka, settings, before_restart.batch_id - 1)
     assert all(s >= floor for s in repeated), "only a replayed batch may repeat changes"
-    assert read_last_commit(settings).position == _position(mariadb)
+    assert read_last_commit(settings).position == binlog_position(mariadb)
 
 
 def test_broker_outage_mid_stream_loses_nothing_after_it_returns(
@@ -262,7 +256,7 @@ def test_broker_outage_mid_stream_loses_nothing_after_it_returns(
 
 def _outage(spark, mariadb, fresh_db, source_options, tmp_path, broker) -> None:
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.item (id INT PRIMARY KEY, body VARCHAR(20))")
-    start = _position(mariadb)
+    start = binlog_position(mariadb)
     settings = _settings(broker, fresh_db, partitions=3, delivery_timeout_s=3,
                          delivery_attempts=40)
     df = spark.readStream.format("mysqlcdc").options(

@@ -7,18 +7,12 @@ import random
 
 import pytest
 
-from mysqlcdc.capture.server import current_position
 from mysqlcdc.sinks.changelog import current_state_sql
+
+from tests.support.mariadb import binlog_position
 
 pytestmark = pytest.mark.e2e
 
-
-def _position(mariadb) -> str:
-    conn = mariadb.connect()
-    try:
-        return str(current_position(conn))
-    finally:
-        conn.close()
 
 
 def _workload(mariadb, db: str, seed: int = 7) -> list[tuple[str, str, int]]:
@@ -80,7 +74,7 @@ def _stream(spark, options, tmp_path, **extra):
     {"parallelism": 2, "maxEventsPerBatch": 400},
 ], ids=["all-available", "admission-limited", "parallel-read"])
 def test_changelog_equals_workload(spark, mariadb, fresh_db, source_options, tmp_path, extra):
-    start = _position(mariadb)
+    start = str(binlog_position(mariadb))
     expected = _workload(mariadb, fresh_db)
     query, out = _stream(spark, source_options, tmp_path, startingPosition=start,
                          include=f"{fresh_db}.*", exclude=f"{fresh_db}.tmp_*", **extra)
@@ -111,7 +105,7 @@ def test_changelog_equals_workload(spark, mariadb, fresh_db, source_options, tmp
 
 
 def test_values_and_envelope_fields(spark, mariadb, fresh_db, source_options, tmp_path):
-    start = _position(mariadb)
+    start = str(binlog_position(mariadb))
     mariadb.sql(
         f"CREATE TABLE `{fresh_db}`.v (id INT PRIMARY KEY, u BIGINT UNSIGNED, d DECIMAL(65,30),"
         " t TIME(6), ts TIMESTAMP(3) NULL, s SET('x','y'), b VARBINARY(8), e VARCHAR(4))",
@@ -120,7 +114,7 @@ def test_values_and_envelope_fields(spark, mariadb, fresh_db, source_options, tm
         f"UPDATE `{fresh_db}`.v SET e = NULL WHERE id = 1",
         f"DELETE FROM `{fresh_db}`.v WHERE id = 1",
     )
-    end = _position(mariadb)
+    end = str(binlog_position(mariadb))
     df = (spark.read.format("mysqlcdc")
           .options(**source_options(startingPosition=start, endingPosition=end,
                                     include=f"{fresh_db}.v")).load())
@@ -145,7 +139,7 @@ def test_values_and_envelope_fields(spark, mariadb, fresh_db, source_options, tm
 
 
 def test_batch_read_of_empty_range(spark, mariadb, source_options):
-    here = _position(mariadb)
+    here = str(binlog_position(mariadb))
     df = spark.read.format("mysqlcdc").options(
         **source_options(startingPosition=here, endingPosition=here)).load()
     assert df.count() == 0
@@ -153,10 +147,10 @@ def test_batch_read_of_empty_range(spark, mariadb, source_options):
 
 def test_statement_text_in_the_envelope_when_asked(spark, mariadb, fresh_db, source_options):
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.q (id INT PRIMARY KEY, v INT)")
-    start = _position(mariadb)
+    start = str(binlog_position(mariadb))
     mariadb.sql(f"INSERT INTO `{fresh_db}`.q VALUES (1, 1), (2, 2)",
                 f"UPDATE `{fresh_db}`.q SET v = v + 10 WHERE id = 2 /* tagged */")
-    end = _position(mariadb)
+    end = str(binlog_position(mariadb))
 
     def read(**extra):
         return (spark.read.format("mysqlcdc")

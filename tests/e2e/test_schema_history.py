@@ -13,8 +13,9 @@ import json
 
 import pytest
 
-from mysqlcdc.capture.server import current_position
 from mysqlcdc.schema.history import SchemaHistory
+
+from tests.support.mariadb import binlog_position
 
 pytestmark = pytest.mark.e2e
 
@@ -46,13 +47,6 @@ def _literal(v) -> str:
     return str(v)
 
 
-def _position(mariadb):
-    conn = mariadb.connect()
-    try:
-        return current_position(conn)
-    finally:
-        conn.close()
-
 
 def _catch_up(spark, options: dict, out: str, checkpoint: str) -> None:
     df = spark.readStream.format("mysqlcdc").options(**options).load()
@@ -81,7 +75,8 @@ def test_lagging_pipeline_decodes_rows_with_the_columns_they_had(
           "CREATE TABLE s2 (id INT PRIMARY KEY, y INT, z INT)",
           "CREATE TABLE r (id INT PRIMARY KEY, v INT)")
     out, checkpoint = str(tmp_path / "changelog"), str(tmp_path / "checkpoint")
-    options = source_options(startingPosition=str(_position(mariadb)), include=f"{fresh_db}.*",
+    options = source_options(startingPosition=str(binlog_position(mariadb)),
+                             include=f"{fresh_db}.*",
                              maxEventsPerBatch=4, schemaHistory=str(tmp_path / "history"))
     w.insert("t", {"id": 1, "a": 1, "b": "1"})
     _catch_up(spark, options, out, checkpoint)          # history bootstrapped, one row read

@@ -10,20 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mysqlcdc.capture.server import current_position
 from mysqlcdc.cli.main import app
 from mysqlcdc.config.loader import load_pipeline
 from mysqlcdc.pipeline.runner import run_pipeline
 
+from tests.support.mariadb import binlog_position
+
 pytestmark = pytest.mark.e2e
 
-
-def _position(mariadb) -> str:
-    conn = mariadb.connect()
-    try:
-        return str(current_position(conn))
-    finally:
-        conn.close()
 
 
 def _config(tmp_path: Path, mariadb, db: str, start: str, server_id: int, **source) -> Path:
@@ -62,7 +56,7 @@ def _inserted(rows) -> list[tuple[str, dict]]:
 def test_unparseable_ddl_quarantines_one_table_until_resolved(spark, mariadb, fresh_db, tmp_path):
     mariadb.sql("CREATE TABLE q (id INT PRIMARY KEY, s VARCHAR(10))",
                 "CREATE TABLE ok (id INT PRIMARY KEY, v INT)", db=fresh_db)
-    config = _config(tmp_path, mariadb, fresh_db, _position(mariadb), 4600)
+    config = _config(tmp_path, mariadb, fresh_db, str(binlog_position(mariadb)), 4600)
     cfg = load_pipeline(config)
     mariadb.sql("INSERT INTO q VALUES (1, 'a')", "INSERT INTO ok VALUES (1, 1)", db=fresh_db)
     run_pipeline(cfg, until_idle=True, spark=spark)
@@ -106,7 +100,7 @@ def test_unparseable_ddl_quarantines_one_table_until_resolved(spark, mariadb, fr
 
 def test_bootstrap_at_an_older_position_refuses_unless_asked(spark, mariadb, fresh_db, tmp_path):
     mariadb.sql("CREATE TABLE a (id INT PRIMARY KEY)", db=fresh_db)
-    start = _position(mariadb)
+    start = str(binlog_position(mariadb))
     mariadb.sql("INSERT INTO a VALUES (1)", "ALTER TABLE a ADD COLUMN x INT",
                 "INSERT INTO a VALUES (2, 20)",
                 "CREATE TABLE b (id INT PRIMARY KEY, y VARCHAR(3))", "INSERT INTO b VALUES (1, 'y')",
@@ -130,7 +124,7 @@ def test_bootstrap_at_an_older_position_refuses_unless_asked(spark, mariadb, fre
 
 def test_bootstrap_at_an_older_position_is_fine_when_tables_were_only_created(
         spark, mariadb, fresh_db, tmp_path):
-    start = _position(mariadb)
+    start = str(binlog_position(mariadb))
     mariadb.sql("CREATE TABLE c (id INT PRIMARY KEY, z DECIMAL(5,2))",
                 "INSERT INTO c VALUES (1, 1.5)", "ALTER TABLE c ADD COLUMN w INT FIRST",
                 "INSERT INTO c VALUES (7, 2, 2.25)", db=fresh_db)

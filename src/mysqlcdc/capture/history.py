@@ -17,6 +17,7 @@ never parses SQL and a replayed batch sees exactly what it saw the first time.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -259,6 +260,5 @@ class SchemaKeeper:
 
 def _plain_create(sql: str) -> bool:
     """``CREATE TABLE`` without IF NOT EXISTS / OR REPLACE: the table did not exist before."""
-    import re
     text = re.sub(r"/\*.*?\*/", " ", sql, flags=re.S).strip().upper()
     return bool(re.match(r"CREATE\s+TABLE\s", text)) and "IF NOT EXISTS" not in text[:200]
