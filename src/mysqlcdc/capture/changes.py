@@ -101,6 +101,7 @@ class ChangeDecoder:
         self.builder = EnvelopeBuilder()
         self.tracker = TxnTracker()
         self.keys: dict[int, tuple[str, ...] | None] = {}
+        self._key_memo: dict[int, tuple] = {}   # id(TableState) -> (state, key columns)
         self.boundary: tuple[str, int] | None = None
         self.events = 0
         self._file = ""
@@ -108,54 +109,97 @@ class ChangeDecoder:
 
     def feed(self, raw: RawEventLike) -> None:
         """Decode one raw event; artificial ones only update decoder state."""
-        if raw.file != self._file and not raw.artificial:
-            self._file, self._file_number = raw.file, binlog_file_number(raw.file)
-        if self.history is not None:
-            self.history.at = (self._file_number, raw.pos, 0)
-        events = self.parser.parse(raw.data, raw.pos)
         if raw.artificial:
+            if self.history is not None:
+                self.history.at = (self._file_number, raw.pos, 0)
+            self.parser.parse(raw.data, raw.pos)
             return
+        self.feed_raw(raw.file, raw.pos, raw.data)
+
+    def feed_raw(self, file: str, pos: int, data: bytes) -> bool:
+        """Decode one event read from ``file`` at ``pos`` (not an artificial one);
+        True when it was a rows event (the builder may have grown)."""
+        if file != self._file:
+            self._file, self._file_number = file, binlog_file_number(file)
+        if self.history is not None:
+            self.history.at = (self._file_number, pos, 0)
+        events = self.parser.parse(data, pos)
         self.events += 1
-        row_index = 0
-        boundary = False
-        for ev in events:
+        if len(events) == 1:                  # all but a TRANSACTION_PAYLOAD
+            ev = events[0]
             cls = ev.__class__                # event classes have no subclasses
             if cls is RowsEvent:
-                row_index = self._rows(ev, raw, row_index)
-                boundary = False
-                continue
+                self._rows(ev, file, pos, 0)
+                return True
             if cls is TableMapEvent:
-                self.keys[ev.table_id] = self._key_columns(ev)
+                self._table_map(ev)
             elif cls is QueryEvent:
-                if self.history is not None:
-                    self._schema_changes(ev, raw)
-                elif self.ddl is not None:
-                    self.ddl.query(ev)
+                self._query(ev, file, pos)
             elif cls is MariadbAnnotateRowsEvent or cls is RowsQueryEvent:
                 if self.include_query:
                     self.query = ev.query
-            boundary = self.tracker.observe(ev, raw.file, raw.pos)
+            if self.tracker.observe(ev, file, pos):
+                self.query = None
+                self.boundary = TxnTracker.next_position(ev, file, pos + len(data))
+            return False
+        row_index = 0
+        boundary = False
+        for ev in events:
+            cls = ev.__class__
+            if cls is RowsEvent:
+                row_index = self._rows(ev, file, pos, row_index)
+                boundary = False
+                continue
+            if cls is TableMapEvent:
+                self._table_map(ev)
+            elif cls is QueryEvent:
+                self._query(ev, file, pos)
+            elif cls is MariadbAnnotateRowsEvent or cls is RowsQueryEvent:
+                if self.include_query:
+                    self.query = ev.query
+            boundary = self.tracker.observe(ev, file, pos)
         if boundary:
             self.query = None
-            self.boundary = TxnTracker.next_position(events[-1], raw.file, raw.pos + len(raw.data))
+            self.boundary = TxnTracker.next_position(events[-1], file, pos + len(data))
+        return True
 
-    def _rows(self, ev: RowsEvent, raw: RawEventLike, row_index: int) -> int:
-        self.tracker.observe(ev, raw.file, raw.pos)   # opens a txn context if needed
+    def _query(self, ev: QueryEvent, file: str, pos: int) -> None:
+        if self.history is not None:
+            self._schema_changes(ev, file, pos)
+        elif self.ddl is not None:
+            self.ddl.query(ev)
+
+    def _table_map(self, ev: TableMapEvent) -> None:
+        """Remember the key columns of the table id, worked out once per table state
+        (the parser hands out the same state while the table's definition holds)."""
+        state = self.parser.table_maps.get(ev.table_id)
+        hit = self._key_memo.get(id(state))
+        if hit is not None and hit[0] is state:
+            self.keys[ev.table_id] = hit[1]
+            return
+        keys = self.keys[ev.table_id] = self._key_columns(ev)
+        if state is not None:
+            if len(self._key_memo) > 10_000:
+                self._key_memo.clear()
+            self._key_memo[id(state)] = (state, keys)
+
+    def _rows(self, ev: RowsEvent, file: str, pos: int, row_index: int) -> int:
+        self.tracker.observe(ev, file, pos)   # opens a txn context if needed
         if ev.rows is None:
             return row_index
         if self.history is not None and self.history.view.before_catchup(self.history.at):
             return row_index      # a catch-up task: rows up to the quarantine were emitted
         return self.builder.add_rows(
             ev.kind, ev.schema, ev.table, ev.rows, self.keys.get(ev.table_id),
-            self.tracker.ctx, raw.file, self._file_number, raw.pos, row_index, self.query,
+            self.tracker.ctx, file, self._file_number, pos, row_index, self.query,
         )
 
-    def _schema_changes(self, ev: QueryEvent, raw: RawEventLike) -> None:
+    def _schema_changes(self, ev: QueryEvent, file: str, pos: int) -> None:
         """Schema-change records for the DDL at this position, as the history has them."""
         view = self.history.view
         if view.before_catchup(self.history.at):
             return
-        for change in view.changes_at(raw.file, raw.pos):
+        for change in view.changes_at(file, pos):
             if change.kind == "trust" or not self.include(change.db, change.table):
                 continue
             op = OP_TRUNCATE if change.kind == "truncate" else OP_SCHEMA
@@ -164,7 +208,7 @@ class ChangeDecoder:
                 None if change.before is None or op == OP_TRUNCATE else change.before.to_json(),
                 None if op == OP_TRUNCATE or change.definition is None
                 else change.definition.to_json(),
-                change.ddl, self.tracker.ctx, raw.file, self._file_number, raw.pos,
+                change.ddl, self.tracker.ctx, file, self._file_number, pos,
             )
 
     def _key_columns(self, ev: TableMapEvent) -> tuple[str, ...] | None:

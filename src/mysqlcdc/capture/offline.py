@@ -16,7 +16,7 @@ import pyarrow as pa
 from mysqlcdc.binlog.events import Event, QueryEvent
 from mysqlcdc.binlog.file import iter_binlog_file
 from mysqlcdc.binlog.parser import BinlogParser
-from mysqlcdc.capture.changes import ChangeDecoder, FileEvent, iter_change_batches
+from mysqlcdc.capture.changes import ChangeDecoder, FileEvent
 from mysqlcdc.errors import SchemaError
 from mysqlcdc.schema.ddl import Catalog, classify
 from mysqlcdc.schema.model import TableDef
@@ -103,7 +103,16 @@ def iter_file_batches(
     if lookup is None:
         follower = parser.tables = lookup = FileSchema(parser)
     decoder = ChangeDecoder(parser, lookup, ddl=follower)
-    yield from iter_change_batches(iter_file_events(paths), decoder, batch_rows=batch_rows)
+    # the loop of ``iter_change_batches`` without an end, on (pos, bytes) pairs: no
+    # object per raw event
+    feed, builder = decoder.feed_raw, decoder.builder
+    for path in paths:
+        name = os.path.basename(path)
+        for pos, data in iter_binlog_file(path):
+            if feed(name, pos, data) and len(builder) >= batch_rows:
+                yield decoder.take()
+    if len(builder):
+        yield decoder.take()
 
 
 def _jsonable(value):
