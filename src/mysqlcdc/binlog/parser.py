@@ -53,6 +53,7 @@ class _HeaderSlots:
 _crc32 = zlib.crc32
 _CRC_RESIDUE = 0x2144DF1C   # crc32(m + crc32(m) as 4 little-endian bytes), for every m
 _U64_FROM = struct.Struct("<Q").unpack_from
+_U32_FROM = struct.Struct("<I").unpack_from
 _MARIA_GTID = struct.Struct("<QIB").unpack_from
 # the hot events, built without a type call (see events.factory)
 _XidEvent = E.factory(E.XidEvent)
@@ -124,6 +125,25 @@ class BinlogParser:
                 OverflowError, RecursionError, NotImplementedError, MemoryError) as e:
             raise MalformedEventError(f"cannot decode event: {e!r}", file=self.file, pos=pos,
                                       event_type=_type_code(data)) from e
+
+    def skim(self, data: bytes) -> int:
+        """The type code of an XID or ANNOTATE_ROWS event whose framing, size and
+        CRC32 check out, without building any object: for a reader that only needs
+        to know such an event went by. -1 for any other event, before the first
+        FORMAT_DESCRIPTION, or when a check fails: ``parse`` it then, which decodes
+        it or raises the named error."""
+        n = len(data)
+        if self.fde is None or n < _HEADER_LEN or _U32_FROM(data, 9)[0] != n:
+            return -1
+        code = data[4]
+        if code == C.XID_EVENT:
+            if n - self.header_length - (4 if self.checksum else 0) < 8:
+                return -1
+        elif code != C.MARIA_ANNOTATE_ROWS_EVENT:
+            return -1
+        if self.checksum and self.verify_checksum and _crc32(data) != _CRC_RESIDUE:
+            return -1
+        return code
 
     def _parse(self, data: bytes, pos: int | None, checksummed: bool) -> list[E.Event]:
         n = len(data)

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from mysqlcdc.binlog.events import (MariadbAnnotateRowsEvent, QueryEvent, RowsEvent,
                                     RowsQueryEvent, TableMapEvent)
+from mysqlcdc.binlog.constants import MARIA_ANNOTATE_ROWS_EVENT, XID_EVENT
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.envelope.builder import EnvelopeBuilder
 from mysqlcdc.envelope.model import OP_SCHEMA, OP_TRUNCATE
@@ -27,6 +28,7 @@ from mysqlcdc.types import BinlogPosition, binlog_file_number
 __all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "iter_change_batches"]
 
 TableLookup = Callable[[str, str], TableDef | None]
+_XID, _ANNOTATE = XID_EVENT, MARIA_ANNOTATE_ROWS_EVENT
 
 
 class RawEventLike(Protocol):
@@ -121,10 +123,19 @@ class ChangeDecoder:
         True when it was a rows event (the builder may have grown)."""
         if file != self._file:
             self._file, self._file_number = file, binlog_file_number(file)
+        self.events += 1
+        code = data[4]
+        if code == _XID or (code == _ANNOTATE and not self.include_query):
+            # only their passing matters: framing and CRC checked, no objects built
+            if self.parser.skim(data) == code:
+                tracker = self.tracker
+                if tracker.observe_xid() if code == _XID else tracker.observe_annotate():
+                    self.query = None
+                    self.boundary = (file, pos + len(data))
+                return False
         if self.history is not None:
             self.history.at = (self._file_number, pos, 0)
         events = self.parser.parse(data, pos)
-        self.events += 1
         if len(events) == 1:                  # all but a TRANSACTION_PAYLOAD
             ev = events[0]
             cls = ev.__class__                # event classes have no subclasses

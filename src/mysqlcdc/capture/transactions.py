@@ -69,6 +69,14 @@ class TxnTracker:
             return self._end()
         return not self.in_txn and not self._group_open
 
+    def observe_xid(self) -> bool:
+        """``observe`` of an XID event, for a reader that did not build it."""
+        return self._end()
+
+    def observe_annotate(self) -> bool:
+        """``observe`` of an ANNOTATE_ROWS event, for a reader that did not build it."""
+        return not self.in_txn and not self._group_open
+
     def _query(self, ev: QueryEvent, file: str, pos: int) -> bool:
         word = _keyword(ev.query)
         if word.startswith(_BEGIN):

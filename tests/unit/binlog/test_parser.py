@@ -12,8 +12,8 @@ import pytest
 from mysqlcdc.binlog import events as E
 from mysqlcdc.binlog.file import iter_binlog_bytes, iter_binlog_file
 from mysqlcdc.binlog.parser import BinlogParser
-from mysqlcdc.errors import (ChecksumMismatchError, EncryptedBinlogError, TruncatedEventError,
-                             UnsupportedEventError)
+from mysqlcdc.errors import (ChecksumMismatchError, EncryptedBinlogError, MalformedEventError,
+                             TruncatedEventError, UnsupportedEventError)
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 from decode_micro import NARROW, event, fde, narrow_row, rows_event, table_map  # noqa: E402
 
@@ -130,3 +130,29 @@ def test_rows_cache_follows_the_table_map_in_force():
     q.parse(fde())
     q.parse(table_map(7, "narrow", NARROW))
     assert q.parse(raw)[0].rows is None and q.parse(raw)[0].rows is None
+
+
+def test_skim_checks_xid_and_annotate_without_decoding():
+    """``skim`` answers only for an intact XID or ANNOTATE_ROWS; anything it cannot
+    vouch for is -1, and ``parse`` then decodes it or raises the named error."""
+    p = _ready()
+    xid = event(16, struct.pack("<Q", 5))
+    annotate = event(160, b"INSERT INTO t VALUES (1)")
+    assert p.skim(xid) == 16 and p.skim(annotate) == 160
+    assert p.skim(rows_event(7, 4, [narrow_row(1)])) == -1
+    assert BinlogParser().skim(xid) == -1               # no FORMAT_DESCRIPTION yet
+    bad = bytearray(xid)
+    bad[-6] ^= 0xFF
+    assert p.skim(bytes(bad)) == -1
+    with pytest.raises(ChecksumMismatchError):
+        p.parse(bytes(bad), 99)
+    short = event(16, b"\x01\x02")                      # an XID needs 8 bytes
+    assert p.skim(short) == -1
+    with pytest.raises(MalformedEventError):
+        p.parse(short, 99)
+    resized = bytearray(xid)
+    resized[9:13] = struct.pack("<I", len(xid) + 1)     # header size disagrees with the bytes
+    assert p.skim(bytes(resized)) == -1
+    unchecked = BinlogParser(verify_checksum=False)
+    unchecked.parse(fde())
+    assert unchecked.skim(bytes(bad)) == 16

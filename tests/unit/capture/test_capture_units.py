@@ -124,3 +124,27 @@ def test_source_options_validation():
     with pytest.raises(ConfigError):
         SourceOptions.parse({"host": "h", "user": "u"})
     assert "secret" not in repr(SourceOptions.parse({**base, "password": "secret"}))
+
+
+def test_corrupt_xid_in_a_file_is_a_named_error(tmp_path):
+    """XIDs are only skimmed on the hot path: a damaged one must still stop the read."""
+    import struct
+    import sys
+    from pathlib import Path
+
+    from mysqlcdc.binlog.constants import BINLOG_MAGIC
+    from mysqlcdc.capture.offline import iter_file_batches
+    from mysqlcdc.errors import ChecksumMismatchError
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
+    from decode_micro import event, fde
+
+    xid = bytearray(event(16, struct.pack("<Q", 9)))
+    good = bytes(xid)
+    xid[-6] ^= 0x01
+    head = BINLOG_MAGIC + fde()
+    path = tmp_path / "binlog.000001"
+    path.write_bytes(head + good + bytes(xid))
+    with pytest.raises(ChecksumMismatchError) as info:
+        list(iter_file_batches([str(path)], tables={}))
+    assert info.value.pos == len(head) + len(good)
