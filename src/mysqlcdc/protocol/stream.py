@@ -157,8 +157,6 @@ class ReplicationStream:
 
     def __iter__(self) -> Iterator[RawEvent]:
         failures = 0
-        stop = self.stop_at
-        stop_key = None if stop is None else (stop.file_number, stop.pos, stop.file)
         while not self._closed and not self._reached_stop():
             batch, self._carry = self._carry, []
             if not batch:
@@ -177,6 +175,8 @@ class ReplicationStream:
             # with each. If the caller stops in between (break, stop_at, close),
             # what is left of ``rest`` is kept for the next iteration, so that
             # nothing the channel has read is skipped.
+            stop = self.stop_at
+            stop_key = None if stop is None else (stop.file_number, stop.pos, stop.file)
             rest = iter(batch)
             try:
                 for data in rest:
