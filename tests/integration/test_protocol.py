@@ -116,6 +116,33 @@ def test_stop_at_ends_before_the_first_event_at_or_after_it(server):
     assert read_all(server, middle, middle) == []
 
 
+def test_leaving_the_loop_and_iterating_again_resumes_at_the_next_event(server):
+    """The stream hands out events from a buffer of many; leaving the loop between
+    two of them keeps the rest for the next loop on the same stream."""
+    start = position(server)
+    insert_rows(server, 150, 30)
+    stop = position(server)
+    events, kept = [], 0
+    with ReplicationStream(settings_for(server), server_id=110, start=start, stop_at=stop,
+                           heartbeat_seconds=0.5) as stream:
+        while True:
+            before = len(events)
+            for event in stream:
+                # a heartbeat here means the stream waits for events it read and lost
+                assert event.event_type != HEARTBEAT, f"stuck at {stream.position} before {stop}"
+                events.append(event)
+                if len(events) % 7 == 0:
+                    break
+            if len(events) == before:
+                break
+            last = [e for e in events if not e.artificial][-1]
+            assert stream.position == BinlogPosition.of(last.file, last.end)
+            kept += bool(stream._carry)
+    assert_contiguous(events, start, stop)
+    assert sum(e.event_type == WRITE_ROWS_V1 for e in events) == 30
+    assert kept > 0   # some loop did end inside a batch
+
+
 def test_rotation_arrives_as_a_rotate_event_and_the_stream_follows_it(server):
     start = position(server)
     insert_rows(server, 200, 1)

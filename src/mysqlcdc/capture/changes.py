@@ -260,17 +260,28 @@ def iter_change_batches(
     end_key = (end.file_number, end.pos) if end else None
     reached = end is None
     numbers: dict[str, int] = {}
+    # Per event only ``raw.pos >= limit`` and a file name compared: ``limit`` is
+    # where ``end`` falls in ``file`` (0 past end's file, never before it), and
+    # the boundary is compared only when the decoder has moved it.
+    file, limit = None, _NEVER
+    seen = None
     for raw in raws:
-        if end_key and not raw.artificial and (_number(numbers, raw.file), raw.pos) >= end_key:
-            reached = True
-            break
+        if raw.pos >= limit or raw.file != file:
+            if not raw.artificial:
+                if raw.file != file:
+                    file, limit = raw.file, _limit_in(numbers, raw.file, end_key)
+                if raw.pos >= limit:
+                    reached = True
+                    break
         decoder.feed(raw)
         if len(decoder.builder) >= batch_rows:
             yield decoder.take()
         boundary = decoder.boundary
-        if end_key and boundary and (_number(numbers, boundary[0]), boundary[1]) >= end_key:
-            reached = True
-            break
+        if boundary is not seen:
+            seen = boundary
+            if end_key and boundary and (_number(numbers, boundary[0]), boundary[1]) >= end_key:
+                reached = True
+                break
     if len(decoder.builder):
         yield decoder.take()
     if not reached:
@@ -278,6 +289,17 @@ def iter_change_batches(
             f"binlog stream ended before the end of the range ({end}); nothing after "
             f"{decoder.boundary} was emitted"
         )
+
+
+_NEVER = 1 << 64   # above any binlog offset
+
+
+def _limit_in(cache: dict[str, int], file: str, end_key: tuple[int, int] | None) -> int:
+    """The first offset of ``file`` at or past ``end_key`` (file number, offset)."""
+    if end_key is None:
+        return _NEVER
+    number = _number(cache, file)
+    return _NEVER if number < end_key[0] else end_key[1] if number == end_key[0] else 0
 
 
 def _number(cache: dict[str, int], file: str) -> int:

@@ -18,10 +18,13 @@ from typing import BinaryIO
 
 import pymysql
 
-__all__ = ["MAX_PACKET", "Disconnected", "PacketChannel", "ServerError", "parse_error_packet", "lenenc_str"]
+__all__ = ["MAX_PACKET", "Disconnected", "PacketChannel", "ServerError", "frame_events", "packet_size",
+           "parse_error_packet", "lenenc_str"]
 
 MAX_PACKET = 0xFFFFFF
 _HEADER = struct.Struct("<HBB")
+_U32 = struct.Struct("<I").unpack_from
+READ_CHUNK = 1 << 20  # most bytes one socket read asks for
 
 
 class Disconnected(Exception):
@@ -55,12 +58,21 @@ def lenenc_str(value: bytes) -> bytes:
 
 
 class PacketChannel:
-    """Reads and writes whole payloads on an authenticated pymysql connection."""
+    """Reads and writes whole payloads on an authenticated pymysql connection.
+
+    Reads go through a buffer of our own, filled ``READ_CHUNK`` bytes at a time
+    from pymysql's buffered reader (never past what the socket already holds,
+    so nothing waits for data that has not arrived): a busy stream costs one
+    read per many events, and :meth:`read_events` frames every whole event
+    packet of the buffer in one loop.
+    """
 
     def __init__(self, conn: pymysql.connections.Connection) -> None:
         self._conn = conn
         self._rfile: BinaryIO = conn._rfile  # buffered reader over the (TLS) socket
         self._sock = conn._sock
+        self._buf = b""
+        self._at = 0       # bytes of _buf before this are handed out
 
     def set_timeout(self, seconds: float | None) -> None:
         """Socket timeout for reads and writes; None blocks forever."""
@@ -76,16 +88,32 @@ class PacketChannel:
         except OSError as exc:
             raise Disconnected(f"send failed: {exc}") from exc
 
+    def read_events(self) -> list[bytes]:
+        """The bodies (after the 0x00 byte) of the event packets now buffered.
+
+        Reads from the socket only while not one packet is whole. Returns ``[]``
+        when the next payload is anything but a one-packet event (an error,
+        EOF, a payload continued past 16 MiB): :meth:`read_payload` reads it.
+        """
+        while True:
+            events, self._at = frame_events(self._buf, self._at)
+            if events:
+                return events
+            need = packet_size(self._buf, self._at)
+            if need == 4 + MAX_PACKET or len(self._buf) - self._at >= need:
+                return []     # a continued payload is read (and joined) as it comes
+            self._fill(need)
+
     def read_payload(self) -> tuple[int, bytes]:
         """One logical payload as (first byte, the bytes after it).
 
-        Joins 16 MiB continuation packets, copying a large event only once.
+        Joins 16 MiB continuation packets, copying a large event only once more.
         """
         parts: list[bytes] = []
         while True:
-            low, high, _seq = _HEADER.unpack(self._read_exact(4))
+            low, high, _seq = _HEADER.unpack(self._take(4))
             length = low | (high << 16)
-            parts.append(self._read_exact(length))
+            parts.append(self._take(length))
             if length < MAX_PACKET:
                 break
         if not parts[0]:
@@ -95,11 +123,56 @@ class PacketChannel:
             return first, parts[0][1:]
         return first, b"".join([memoryview(parts[0])[1:], *parts[1:]])
 
-    def _read_exact(self, n: int) -> bytes:
+    def _take(self, n: int) -> bytes:
+        if len(self._buf) - self._at < n:
+            self._fill(n)
+        at = self._at
+        self._at = at + n
+        return self._buf[at:at + n]   # the buffer itself when it holds exactly n
+
+    def _fill(self, need: int) -> None:
+        """Buffer at least ``need`` unread bytes, plus whatever else has arrived."""
+        chunks = [self._buf[self._at:]]
+        have = len(chunks[0])
         try:
-            data = self._rfile.read(n)
+            while have < need:
+                if need - have > READ_CHUNK:   # one large packet: read exactly its rest
+                    data = self._rfile.read(need - have)
+                    if data is not None and len(data) < need - have:
+                        data = b""
+                else:
+                    data = self._rfile.read1(READ_CHUNK)
+                if not data:                   # EOF (None: would block, never on a blocking socket)
+                    raise Disconnected("server closed the connection")
+                chunks.append(data)
+                have += len(data)
         except (OSError, ValueError) as exc:  # timeouts, TLS errors, a closed file
             raise Disconnected(f"read failed: {exc!r}") from exc
-        if data is None or len(data) < n:
-            raise Disconnected("server closed the connection")
-        return data
+        self._buf = b"".join(chunks)
+        self._at = 0
+
+
+def frame_events(buf: bytes, at: int) -> tuple[list[bytes], int]:
+    """Cut ``buf`` from ``at`` into event bodies while the packets there are
+    whole, one packet long and start with the 0x00 an event is sent after.
+
+    Returns the bodies and the offset of the first packet not taken.
+    """
+    n = len(buf)
+    events: list[bytes] = []
+    append = events.append
+    while n - at >= 4:
+        length = _U32(buf, at)[0] & MAX_PACKET   # the fourth byte is the sequence id
+        end = at + 4 + length
+        if end > n or not 0 < length < MAX_PACKET or buf[at + 4]:
+            break
+        append(buf[at + 5:end])
+        at = end
+    return events, at
+
+
+def packet_size(buf: bytes, at: int) -> int:
+    """Bytes the packet at ``at`` takes with its header (4 while the header is incomplete)."""
+    if len(buf) - at < 4:
+        return 4
+    return 4 + (_U32(buf, at)[0] & MAX_PACKET)

@@ -50,20 +50,24 @@ FORMAT_DESCRIPTION_EVENT = 15
 HEARTBEAT_LOG_EVENT = 27
 LOG_EVENT_ARTIFICIAL_F = 0x20
 HEADER_SIZE = 19
-_HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server_id, event_size, log_pos, flags
+_EVENT_HEADER = struct.Struct("<IBIIIH").unpack_from  # timestamp, type, server_id, size, log_pos, flags
+_POSITION_EVENTS = frozenset((ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, HEARTBEAT_LOG_EVENT))
 COM_BINLOG_DUMP = 0x12
 COM_REGISTER_SLAVE = 0x15
 MARIADB_SLAVE_CAPABILITY_GTID = 4  # GTID events and annotate-rows events, not rewritten
 BINLOG_SEND_ANNOTATE_ROWS_EVENT = 2  # MariaDB dump flag; without it ANNOTATE_ROWS is skipped
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RawEvent:
-    """One whole binlog event and where it starts.
+    """One whole binlog event and where it starts; read-only by convention.
 
     ``pos`` is the event's start offset in ``file``. Artificial events (the
     fake ROTATE and FORMAT_DESCRIPTION sent at dump start, heartbeats) are not
     in the file; they carry the position the stream is at.
+
+    Not frozen: one is built per event, and a frozen dataclass's ``__init__``
+    costs four times as much as a plain one.
     """
 
     file: str
@@ -124,7 +128,9 @@ class ReplicationStream:
         self.heartbeat_seconds = heartbeat_seconds
         self.reconnect = reconnect
         self.stop_at = stop_at
-        self._next = start
+        # the resume point, kept as parts so that an event moves only _pos
+        self._file, self._file_number, self._pos = start.file, start.file_number, start.pos
+        self._carry: list[bytes] = []   # events read but not yet handed out (see __iter__)
         self._checksum_len = 0
         self._replica_uuid = str(uuid.uuid4())
         self._conn: pymysql.Connection | None = None
@@ -135,7 +141,7 @@ class ReplicationStream:
     @property
     def position(self) -> BinlogPosition:
         """Where the next real event starts: the resume point."""
-        return self._next
+        return BinlogPosition(self._file_number, self._pos, self._file)
 
     @property
     def connection_id(self) -> int | None:
@@ -152,18 +158,47 @@ class ReplicationStream:
     def __iter__(self) -> Iterator[RawEvent]:
         failures = 0
         while not self._closed and not self._reached_stop():
+            batch, self._carry = self._carry, []
+            if not batch:
+                try:
+                    batch = self._read_batch()
+                except (Disconnected, TransientError) as exc:
+                    self._drop()
+                    failures += 1
+                    self._wait_or_give_up(failures, exc)
+                    continue
+                except MysqlcdcError:
+                    self._drop()  # terminal: the connection is of no further use
+                    raise
+                failures = 0
+            # The events of a batch go out one by one, the resume point moving
+            # with each. If the caller stops in between (break, stop_at, close),
+            # what is left of ``rest`` is kept for the next iteration, so that
+            # nothing the channel has read is skipped.
+            stop = self.stop_at
+            stop_key = None if stop is None else (stop.file_number, stop.pos, stop.file)
+            rest = iter(batch)
             try:
-                event = self._read_one()
-            except (Disconnected, TransientError) as exc:
-                self._drop()
-                failures += 1
-                self._wait_or_give_up(failures, exc)
-                continue
+                for data in rest:
+                    if len(data) < HEADER_SIZE:
+                        raise ProtocolError(
+                            f"event of {len(data)} bytes at {self.position} is shorter than a header")
+                    _ts, kind, _sid, size, log_pos, flags = _EVENT_HEADER(data)
+                    if (log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and size == len(data)
+                            and kind not in _POSITION_EVENTS):
+                        self._pos = log_pos   # an ordinary event: the file stays, the offset moves
+                        yield RawEvent(self._file, log_pos - size, data, False)
+                    else:
+                        yield self._advance(data)
+                    if self._closed or (stop_key is not None
+                                        and (self._file_number, self._pos, self._file) >= stop_key):
+                        return
             except MysqlcdcError:
-                self._drop()  # terminal: the connection is of no further use
+                rest = iter(())   # terminal: nothing of this connection is handed out later
+                self._drop()
                 raise
-            failures = 0
-            yield event
+            finally:
+                self._carry = list(rest)
 
     def close(self) -> None:
         self._closed = True
@@ -177,44 +212,50 @@ class ReplicationStream:
 
     def __repr__(self) -> str:
         return (f"ReplicationStream({self.settings.address}, server_id={self.server_id}, "
-                f"at={self._next}, stop_at={self.stop_at})")
+                f"at={self.position}, stop_at={self.stop_at})")
 
     # -- iteration ---------------------------------------------------------
 
     def _reached_stop(self) -> bool:
-        return self.stop_at is not None and self._next >= self.stop_at
+        return self.stop_at is not None and self.position >= self.stop_at
 
-    def _read_one(self) -> RawEvent:
+    def _read_batch(self) -> list[bytes]:
+        """The next events as the server sent them (at least one), or an error."""
         if self._channel is None:
             self._open()
         assert self._channel is not None
+        events = self._channel.read_events()
+        if events:
+            return events
         first, body = self._channel.read_payload()
         if first == 0x00:
-            return self._advance(body)
+            return [body]    # an event of 16 MiB or more, joined
         if first == 0xFF:
             raise self._dump_error(body)
         if first == 0xFE and len(body) < 8:  # EOF: we never ask for non-blocking dumps, so
             raise Disconnected("the server ended the binlog stream (shutting down?)")
-        raise ProtocolError(f"unexpected packet 0x{first:02x} in the binlog stream at {self._next}")
+        raise ProtocolError(f"unexpected packet 0x{first:02x} in the binlog stream at {self.position}")
 
     def _advance(self, data: bytes) -> RawEvent:
-        """Wrap one event and move the resume point past it."""
+        """Wrap one event and move the resume point past it (any event; __iter__
+        handles the ordinary ones inline)."""
         if len(data) < HEADER_SIZE:
-            raise ProtocolError(f"event of {len(data)} bytes at {self._next} is shorter than a header")
-        _ts, kind, _sid, size, log_pos, flags = _HEADER.unpack_from(data)
+            raise ProtocolError(f"event of {len(data)} bytes at {self.position} is shorter than a header")
+        _ts, kind, _sid, size, log_pos, flags = _EVENT_HEADER(data)
         if size != len(data):
-            raise ProtocolError(f"event at {self._next} says {size} bytes but {len(data)} arrived")
+            raise ProtocolError(f"event at {self.position} says {size} bytes but {len(data)} arrived")
         artificial = log_pos == 0 or bool(flags & LOG_EVENT_ARTIFICIAL_F) or kind == HEARTBEAT_LOG_EVENT
         if kind == FORMAT_DESCRIPTION_EVENT:
             self._checksum_len = _fde_checksum_len(data, self._checksum_len)
-        file = self._next.file
-        pos = self._next.pos if artificial else log_pos - size
+        file = self._file
+        pos = self._pos if artificial else log_pos - size
         if kind == ROTATE_EVENT:
-            self._next = self._rotate_target(data)
+            target = self._rotate_target(data)
+            self._file, self._file_number, self._pos = target.file, target.file_number, target.pos
             if artificial:
-                file, pos = self._next.file, self._next.pos
-        elif not artificial:   # same file: skip re-parsing its number (hot path)
-            self._next = BinlogPosition(self._next.file_number, log_pos, file)
+                file, pos = target.file, target.pos
+        elif not artificial:
+            self._pos = log_pos
         return RawEvent(file, pos, data, artificial)
 
     def _rotate_target(self, data: bytes) -> BinlogPosition:
@@ -231,7 +272,7 @@ class ReplicationStream:
             raise exc
         tries = 0 if policy is None else policy.attempts
         raise ConnectionLostError(
-            f"lost the binlog stream from {self.settings.address} at {self._next} and "
+            f"lost the binlog stream from {self.settings.address} at {self.position} and "
             f"{tries} reconnect attempts failed: {exc}") from exc
 
     # -- connecting --------------------------------------------------------
@@ -274,8 +315,8 @@ class ReplicationStream:
 
     def _dump_command(self, mariadb: bool) -> bytes:
         flags = BINLOG_SEND_ANNOTATE_ROWS_EVENT if mariadb else 0
-        return (bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", self._next.pos, flags, self.server_id)
-                + self._next.file.encode("utf-8"))
+        return (bytes([COM_BINLOG_DUMP]) + struct.pack("<IHI", self._pos, flags, self.server_id)
+                + self._file.encode("utf-8"))
 
     def _expect_ok(self, channel: PacketChannel) -> None:
         first, body = channel.read_payload()
@@ -289,7 +330,7 @@ class ReplicationStream:
         if err.code in TRANSIENT_CODES:
             return Disconnected(f"server error {err.code}: {err.message}")
         oldest = self._oldest_binlog() if err.code == 1236 else None
-        return map_dump_error(err, start=str(self._next), server_id=self.server_id, oldest=oldest)
+        return map_dump_error(err, start=str(self.position), server_id=self.server_id, oldest=oldest)
 
     def _oldest_binlog(self) -> str | None:
         """The oldest binlog file still on the server, asked on a side connection."""
@@ -305,6 +346,7 @@ class ReplicationStream:
 
     def _drop(self) -> None:
         conn, self._conn, self._channel = self._conn, None, None
+        self._carry = []   # read on the dropped connection: the next one resends them
         if conn is not None and conn.open:
             conn.close()
 
