@@ -265,6 +265,7 @@ def iter_change_batches(
     # the boundary is compared only when the decoder has moved it.
     file, limit = None, _NEVER
     seen = None
+    feed, builder = decoder.feed_raw, decoder.builder
     for raw in raws:
         if raw.pos >= limit or raw.file != file:
             if not raw.artificial:
@@ -273,8 +274,9 @@ def iter_change_batches(
                 if raw.pos >= limit:
                     reached = True
                     break
-        decoder.feed(raw)
-        if len(decoder.builder) >= batch_rows:
+        if raw.artificial:
+            decoder.feed(raw)
+        elif feed(raw.file, raw.pos, raw.data) and len(builder) >= batch_rows:
             yield decoder.take()
         boundary = decoder.boundary
         if boundary is not seen:

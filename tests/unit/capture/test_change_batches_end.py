@@ -21,9 +21,13 @@ class Recorder:
         self.fed: list[tuple[str, int]] = []
         self.boundaries = boundaries or {}
 
-    def feed(self, raw) -> None:
-        self.fed.append((raw.file, raw.pos))
-        self.boundary = self.boundaries.get((raw.file, raw.pos), self.boundary)
+    def feed(self, raw) -> None:                  # artificial events
+        self.feed_raw(raw.file, raw.pos, raw.data)
+
+    def feed_raw(self, file: str, pos: int, data: bytes) -> bool:
+        self.fed.append((file, pos))
+        self.boundary = self.boundaries.get((file, pos), self.boundary)
+        return False
 
     def take(self):
         return None
