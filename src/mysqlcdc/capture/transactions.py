@@ -43,29 +43,29 @@ class TxnTracker:
 
     def observe(self, ev: Event, file: str, pos: int) -> bool:
         """Account for ``ev`` (starting at ``file:pos``); True if a boundary follows it."""
-        cls = ev.__class__
-        if cls is XidEvent:                   # the most common events first, by class
+        cls = ev.__class__                    # event classes have no subclasses
+        if cls is XidEvent:                   # the most common events first
             return self._end()
-        if cls is MariadbAnnotateRowsEvent:
-            return not self.in_txn and not self._group_open
-        if isinstance(ev, (RowsEvent, TableMapEvent)):
+        if cls is TableMapEvent or cls is RowsEvent:
             if not self.in_txn and not self._group_open:
                 self._start(ev, file, pos, None, None)
                 self.in_txn = True
             return False
-        if isinstance(ev, GtidEvent):
-            ts = ev.commit_ts_us // 1000 if ev.commit_ts_us else None
-            self._start(ev, file, pos, ev.gtid, ts)
-            self._group_open = True
-            return False
-        if isinstance(ev, MariadbGtidEvent):
+        if cls is MariadbGtidEvent:
             self._start(ev, file, pos, ev.gtid, None)
             self._group_open = True
             self.in_txn = not ev.standalone   # MariaDB writes no BEGIN after its GTID
             return False
-        if isinstance(ev, QueryEvent):
+        if cls is MariadbAnnotateRowsEvent:
+            return not self.in_txn and not self._group_open
+        if cls is GtidEvent:
+            ts = ev.commit_ts_us // 1000 if ev.commit_ts_us else None
+            self._start(ev, file, pos, ev.gtid, ts)
+            self._group_open = True
+            return False
+        if cls is QueryEvent:
             return self._query(ev, file, pos)
-        if isinstance(ev, (XidEvent, XaPrepareEvent)):
+        if cls is XaPrepareEvent:
             return self._end()
         return not self.in_txn and not self._group_open
 
