@@ -8,6 +8,7 @@ from fnmatch import fnmatchcase
 __all__ = ["TableFilter", "validate_pattern"]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+_MEMO_SIZE = 1 << 16
 
 
 def validate_pattern(pattern: str) -> str:
@@ -36,8 +37,19 @@ class TableFilter:
     def __post_init__(self) -> None:
         for p in (*self.include, *self.exclude):
             validate_pattern(p)
+        # answers by (db, table): asked on every TABLE_MAP, and globs cost microseconds
+        object.__setattr__(self, "_memo", {})
 
     def __call__(self, db: str, table: str) -> bool:
+        key = (db, table)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._match(db, table)
+            if len(self._memo) < _MEMO_SIZE:
+                self._memo[key] = hit
+        return hit
+
+    def _match(self, db: str, table: str) -> bool:
         if db in SYSTEM_SCHEMAS and not any(p.split(".")[0] == db for p in self.include):
             return False
         return _any(self.include, db, table) and not _any(self.exclude, db, table)

@@ -88,6 +88,12 @@ def test_table_filter():
     assert TableFilter()("app", "t") and not TableFilter()("mysql", "user")
     with pytest.raises(ValueError):
         TableFilter(("noDot",))
+    # answers are remembered: asking again, or after a pickle round trip, agrees
+    import pickle
+    again = pickle.loads(pickle.dumps(f))
+    assert again == f and hash(again) == hash(f)
+    for g in (f, again):
+        assert [g("shop", "orders"), g("shop", "tmp_1"), g("crm", "leads")] == [True, False, False]
 
 
 def test_builder_keys_and_schema():
