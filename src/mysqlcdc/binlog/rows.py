@@ -24,6 +24,7 @@ from .columns import ColumnSpec
 from .values import temporal as T
 from .values.charsets import error_mode
 from .values.decimal import decimal_code, decimal_size, make_decimal_decoder
+from .values.float32 import float32_value
 from .values.json_binary import decode_json
 from .values.json_diff import JSON_DIFF_TYPE, read_json_diffs
 
@@ -31,23 +32,8 @@ __all__ = ["compile_rows_decoder", "RowsDecoder", "float32_value", "vector_value
 
 RowsDecoder = Callable[[bytes, int, int], tuple[list, int]]
 
-_F32 = struct.Struct("<f")
-_F32_UNPACK, _F32_PACK = _F32.unpack, _F32.pack
 _CACHE: OrderedDict[tuple, RowsDecoder] = OrderedDict()
 _CACHE_SIZE = 4096
-
-
-def float32_value(raw: bytes) -> float:
-    """A FLOAT as the shortest decimal that round-trips through float32 (1.1, not 1.100000023841858)."""
-    x = _F32_UNPACK(raw)[0]
-    y = float("%.6g" % x)
-    if _F32_PACK(y) == raw:
-        return y
-    for fmt in ("%.7g", "%.8g"):
-        y = float(fmt % x)
-        if _F32_PACK(y) == raw:
-            return y
-    return x  # 9 significant digits always round-trip: x itself is the shortest
 
 
 def vector_value(raw: bytes) -> list[float]:
