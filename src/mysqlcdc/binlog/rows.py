@@ -358,34 +358,67 @@ def _us_expr(fsp: int, x: str) -> str:
     return f"({x} & 0xFFFF) * 100" if fsp <= 4 else f"({x} & 0xFFFFFF)"
 
 
+_FRAC_HIGH = tuple(f".{i:03d}" for i in range(1000))      # the first three fraction digits
+_FRAC_LOW: dict[tuple[int, str], tuple[str, ...]] = {}      # (digits, suffix) -> the rest
+
+
+def _fraction_code(g: _Gen, fsp: int, x: str, v: str, suffix: str) -> tuple[list[str], Callable[[str], str]]:
+    """The text after a temporal's integer part, whose stored fraction is the low bytes of
+    int ``x``: (lines to run first, ``text(h)``: the expression of head text ``h``
+    followed by ``'.%0{fsp}d' % digits`` and ``suffix``), as ``_us_expr`` reads the
+    fraction. Formatting an int with ``%`` costs more than the rest of the value, so
+    one or two bytes of fraction are looked up in a cache of their texts (at most
+    65,536 keys), three bytes in two tables of three-digit texts when valid."""
+    if not fsp:
+        return [], lambda h: f"{h} + {suffix!r}" if suffix else h
+    scale, fmt = T.FRAC_SCALE[fsp], f".%0{fsp}d"
+    if fsp <= 4:
+        mask, mul = (0xFF, 10000) if fsp <= 2 else (0xFFFF, 100)
+        cache, miss = _value_cache(("fraction", fsp, suffix),
+                                   lambda stored: fmt % (stored * mul // scale) + suffix)
+        c, m, f = g.const("C", cache), g.const("M", miss), f"{v}f"
+        return ([f"{f} = {c}.get({x} & {mask:#x})", f"if {f} is None: {f} = {m}({x} & {mask:#x})"],
+                lambda h: f"{h} + {f}")
+    q, low = f"{v}q", 10 ** (fsp - 3)
+    high_t = g.const("FH", _FRAC_HIGH)
+    rest = _FRAC_LOW.get((fsp - 3, suffix))
+    if rest is None:
+        rest = _FRAC_LOW[fsp - 3, suffix] = tuple(f"{i:0{fsp - 3}d}{suffix}" for i in range(low))
+    low_t = g.const("FL", rest)
+    fr = g.const("FR", fmt)
+    tail = f" + {suffix!r}" if suffix else ""
+    return ([f"{q} = ({x} & 0xFFFFFF) // {scale}" if scale != 1 else f"{q} = {x} & 0xFFFFFF"],
+            lambda h: (f"{h} + {high_t}[{q} // {low}] + {low_t}[{q} % {low}] if {q} < {10 ** fsp} "
+                       f"else {h} + {fr} % {q}{tail}"))
+
+
 def _head_field(g: _Gen, whole: int, fsp: int, key: str, head: Callable[[int], str],
-                finish: Callable[[str, str, str, str], str]) -> _Field:
+                suffix: str, finish: Callable[[str, str, str], str]) -> _Field:
     """A temporal of ``whole`` integer bytes and a fraction, big-endian: the text of the
-    integer part is cached per value, ``finish(v, head text, fraction text, x)`` the rest."""
+    integer part is cached per value; ``finish(x, h, text)`` is the value, given int ``x``
+    (all the bytes), the head text ``h`` and ``text``, ``h`` followed by the fraction and
+    ``suffix``."""
     fb = T.frac_bytes(fsp)
     cache, miss = _value_cache((key,), head)
     c, m = g.const("C", cache), g.const("M", miss)
-    fr = g.const("FR", f".%0{fsp}d")
-    scale = T.FRAC_SCALE[fsp]
 
     def lines(v: str, f: str) -> list[str]:
         x, h = f"{v}x", f"{v}h"
         part = f"{x} >> {8 * fb}" if fb else x
-        frac = f"{fr} % ({_us_expr(fsp, x)}{f' // {scale}' if scale != 1 else ''})" if fsp else ""
+        pre, text = _fraction_code(g, fsp, x, v, suffix)
         return [f"{x} = FB({f}, 'big')", f"{h} = {c}.get({part})",
-                f"if {h} is None: {h} = {m}({part})", f"{v} = {finish(v, h, frac, x)}"]
+                f"if {h} is None: {h} = {m}({part})", *pre, f"{v} = {finish(x, h, text(h))}"]
     return _Field(f"{whole + fb}s", whole + fb, lines)
 
 
 def _datetime2_field(g: _Gen, fsp: int) -> _Field:
-    return _head_field(g, 5, fsp, "datetime2 head", _datetime2_head,
-                       lambda v, h, frac, x: f"{h} + {frac}" if frac else h)
+    return _head_field(g, 5, fsp, "datetime2 head", _datetime2_head, "", lambda x, h, text: text)
 
 
 def _timestamp2_field(g: _Gen, fsp: int) -> _Field:
-    return _head_field(g, 4, fsp, "timestamp2 head", _timestamp2_head,
-                       lambda v, h, frac, x: f"{h} + {frac + ' + ' if frac else ''}'Z' if {h} "
-                                             f"else TSF(0, {_us_expr(fsp, x)}, {fsp})")
+    # the head text is '' for the zero timestamp, whose text TSF makes
+    return _head_field(g, 4, fsp, "timestamp2 head", _timestamp2_head, "Z",
+                       lambda x, h, text: f"({text}) if {h} else TSF(0, {_us_expr(fsp, x)}, {fsp})")
 
 
 def _decimal_field(g: _Gen, meta: int) -> _Field:
