@@ -23,7 +23,7 @@ from . import constants as C
 from .columns import ColumnSpec
 from .values import temporal as T
 from .values.charsets import error_mode
-from .values.decimal import decimal_code, decimal_size, make_decimal_decoder
+from .values.decimal import DIGIT_TABLES, decimal_code, decimal_size, make_decimal_decoder
 from .values.float32 import float32_value
 from .values.json_binary import decode_json
 from .values.json_diff import JSON_DIFF_TYPE, read_json_diffs
@@ -76,6 +76,7 @@ _STATIC_ENV: dict[str, Any] = {
     "OLDDTF": T.format_old_datetime, "HEX": bytes.hex, "JDIFF": read_json_diffs,
     "B2A": binascii.b2a_base64,
     "FB": int.from_bytes,   # bound once: ``int.from_bytes`` makes a bound method per call
+    **DIGIT_TABLES,
 }
 
 
