@@ -65,6 +65,18 @@ _SIZES = {C.MYSQL_TYPE_TINY: 1, C.MYSQL_TYPE_SHORT: 2, C.MYSQL_TYPE_INT24: 3, C.
           C.MYSQL_TYPE_DATETIME: 8}
 
 
+def _fraction_bytes(rng: random.Random, fsp: int) -> bytes:
+    """A stored fraction: random bytes, or a valid value, or one at an edge of the valid range."""
+    n = (fsp + 1) // 2
+    valid = (0, 100, 10000, 1000000)[n]
+    pick = rng.random()
+    if pick < 0.4:
+        return rng.randbytes(n)
+    if pick < 0.8:
+        return rng.randrange(valid or 1).to_bytes(n, "big")
+    return rng.choice((0, 1, valid - 1, valid, valid + 1, (1 << 8 * n) - 1)).to_bytes(n, "big") if n else b""
+
+
 def _value_bytes(rng: random.Random, col: ColumnSpec) -> bytes:
     """Bytes of one value in the row format: random, mostly valid."""
     t, meta = col.type, col.meta
@@ -74,10 +86,10 @@ def _value_bytes(rng: random.Random, col: ColumnSpec) -> bytes:
         head = (0x8000000000 + ((rng.randint(1000, 9999) * 13 + rng.randint(0, 12)) << 22
                 | rng.randint(0, 31) << 17 | rng.randint(0, 23) << 12 | rng.randint(0, 59) << 6
                 | rng.randint(0, 59)))
-        return head.to_bytes(5, "big") + rng.randbytes((meta + 1) // 2)
+        return head.to_bytes(5, "big") + _fraction_bytes(rng, meta)
     if t == C.MYSQL_TYPE_TIMESTAMP2:
         secs = rng.choice((0, rng.getrandbits(31)))
-        return secs.to_bytes(4, "big") + rng.randbytes((meta + 1) // 2)
+        return secs.to_bytes(4, "big") + _fraction_bytes(rng, meta)
     if t == C.MYSQL_TYPE_TIME2:
         return rng.randbytes(3 + (meta + 1) // 2)
     if t == C.MYSQL_TYPE_NEWDECIMAL:

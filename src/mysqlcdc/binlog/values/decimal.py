@@ -28,7 +28,7 @@ def make_decimal_decoder(precision: int, scale: int) -> Callable[[bytes], str]:
     """A function decoding the ``decimal_size`` bytes of one value to its text."""
     lines = ["def decode(raw):", *("    " + line for line in decimal_code(precision, scale, "raw", "text", "_")),
              "    return text"]
-    env: dict = {"FB": int.from_bytes}
+    env: dict = {"FB": int.from_bytes, **DIGIT_TABLES}
     exec(compile("\n".join(lines), f"<DECIMAL({precision},{scale}) decoder>", "exec"), env)
     decode = env["decode"]
     decode.size = decimal_size(precision, scale)  # type: ignore[attr-defined]
@@ -40,7 +40,9 @@ def decimal_code(precision: int, scale: int, raw: str, out: str, tmp: str) -> li
     the expression ``raw`` (temporaries are named ``tmp`` + a suffix).
 
     Generated per shape: every group comes out by a fixed shift and the text is one
-    ``%`` format; ``FB`` must be ``int.from_bytes`` where the code runs. Out-of-range groups raise ValueError, checked in the order of
+    ``%`` format, or for a scale of at most 6 an f-string with the fraction's digits
+    looked up in tables; ``FB`` must be ``int.from_bytes`` and ``DIGIT_TABLES`` defined where
+    the code runs. Out-of-range groups raise ValueError, checked in the order of
     ``decode_reference``.
     """
     if precision < 1 or scale < 0 or scale > precision or precision > 65:
@@ -81,6 +83,10 @@ def decimal_code(precision: int, scale: int, raw: str, out: str, tmp: str) -> li
     expr = f"{v} >> {shift}" if shift else v
     for name in reversed(wholes):
         expr = f"({expr}) * {_GROUP_MAX} + {name}"
+    if frac0 == 0 and frac0x <= 6:
+        # no full fraction group: the text is an f-string, the digits looked up by threes
+        lines.append(f"{out} = f'{{{sign}}}{{{expr}}}{_digits_code(trail, frac0x)}'")
+        return lines
     fmt = "%s%d"
     args = [sign, expr]
     if scale:
@@ -88,6 +94,21 @@ def decimal_code(precision: int, scale: int, raw: str, out: str, tmp: str) -> li
         args += fracs[::-1] + ([trail] if trail_bits else [])
     lines.append(f"{out} = {fmt!r} % ({', '.join(args)})")
     return lines
+
+
+# zero-padded texts of 1, 2, 3 digits, under the names the generated code uses
+DIGIT_TABLES = {f"DIG{n}": tuple(f"{i:0{n}d}" for i in range(10 ** n)) for n in (1, 2, 3)}
+
+
+def _digits_code(value: str, n: int) -> str:
+    """f-string text of ``'.%0{n}d' % value`` (nothing for n = 0), for 0 <= value < 10**n
+    and n <= 6: one or two lookups in ``DIGIT_TABLES`` (cheaper than formatting an int)."""
+    if not n:
+        return ""
+    if n <= 3:
+        return f".{{DIG{n}[{value}]}}"
+    low = 10 ** (n - 3)
+    return f".{{DIG3[{value} // {low}]}}{{DIG{n - 3}[{value} % {low}]}}"
 
 
 def decode_reference(raw: bytes, precision: int, scale: int) -> str:
