@@ -135,31 +135,14 @@ class ChangeDecoder:
                 return False
         if self.history is not None:
             self.history.at = (self._file_number, pos, 0)
-        events = self.parser.parse(data, pos)
-        if len(events) == 1:                  # all but a TRANSACTION_PAYLOAD
-            ev = events[0]
+        events = self.parser.parse(data, pos)   # several for a TRANSACTION_PAYLOAD
+        row_index = 0
+        rows = boundary = False
+        for ev in events:
             cls = ev.__class__                # event classes have no subclasses
             if cls is RowsEvent:
-                self._rows(ev, file, pos, 0)
-                return True
-            if cls is TableMapEvent:
-                self._table_map(ev)
-            elif cls is QueryEvent:
-                self._query(ev, file, pos)
-            elif cls is MariadbAnnotateRowsEvent or cls is RowsQueryEvent:
-                if self.include_query:
-                    self.query = ev.query
-            if self.tracker.observe(ev, file, pos):
-                self.query = None
-                self.boundary = TxnTracker.next_position(ev, file, pos + len(data))
-            return False
-        row_index = 0
-        boundary = False
-        for ev in events:
-            cls = ev.__class__
-            if cls is RowsEvent:
                 row_index = self._rows(ev, file, pos, row_index)
-                boundary = False
+                rows, boundary = True, False
                 continue
             if cls is TableMapEvent:
                 self._table_map(ev)
@@ -172,7 +155,7 @@ class ChangeDecoder:
         if boundary:
             self.query = None
             self.boundary = TxnTracker.next_position(events[-1], file, pos + len(data))
-        return True
+        return rows
 
     def _query(self, ev: QueryEvent, file: str, pos: int) -> None:
         if self.history is not None:

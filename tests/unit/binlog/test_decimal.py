@@ -9,6 +9,7 @@ import random
 import pytest
 
 from mysqlcdc.binlog.values.decimal import decimal_size, decode_reference, make_decimal_decoder
+from tests.unit.binlog.test_values import _decimal_bytes
 
 pytestmark = pytest.mark.unit
 
@@ -21,25 +22,13 @@ def _outcome(fn, *args):
 
 
 def _valid(rng: random.Random, precision: int, scale: int) -> bytes:
-    """A valid encoding: random digits, random sign (groups of nine, big-endian)."""
-    sizes = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
+    """A valid encoding: random digits (all 0s or 9s a fifth of the time), random sign."""
     digits = "".join(rng.choice("0123456789") for _ in range(precision))
     if rng.random() < 0.2:
         digits = rng.choice(("0", "9")) * precision
     whole, frac = digits[:precision - scale], digits[precision - scale:]
-    out = b""
-    lead = len(whole) % 9
-    if lead:
-        out += int(whole[:lead]).to_bytes(sizes[lead], "big")
-    for i in range(lead, len(whole), 9):
-        out += int(whole[i:i + 9]).to_bytes(4, "big")
-    for i in range(0, scale - scale % 9, 9):
-        out += int(frac[i:i + 9]).to_bytes(4, "big")
-    if scale % 9:
-        out += int(frac[scale - scale % 9:]).to_bytes(sizes[scale % 9], "big")
-    b = bytearray(out)
-    b[0] ^= 0x80
-    return bytes(x ^ 0xFF for x in b) if rng.random() < 0.5 else bytes(b)
+    text = ("-" if rng.random() < 0.5 else "") + whole + ("." + frac if scale else "")
+    return _decimal_bytes(text, precision, scale)
 
 
 @pytest.mark.parametrize("precision", range(1, 66))
