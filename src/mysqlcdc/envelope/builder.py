@@ -9,15 +9,19 @@ when the batch is taken.
 from __future__ import annotations
 
 import json
-from itertools import accumulate
+from itertools import accumulate, chain
 from typing import Any, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from orjson import JSONEncodeError as _OrjsonError
 from orjson import dumps as _orjson_dumps
 
+from mysqlcdc.binlog.rowscan import RawRows
+from mysqlcdc.envelope.columnar import ValueFailed, image_plan, make_context
 from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_DELETE
+from mysqlcdc.errors import MalformedEventError
 from mysqlcdc.types import SEQ_FILE, SEQ_POS
 
 __all__ = ["EnvelopeBuilder", "TxnContext"]
@@ -65,6 +69,7 @@ class EnvelopeBuilder:
     """
 
     def __init__(self) -> None:
+        self._key_ok: dict[tuple, tuple] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -74,6 +79,11 @@ class EnvelopeBuilder:
         # per event: (rows, op, db, table, ts_ms, server_id, gtid, txn_id, file, pos,
         #             query, first row, seq of the first row)
         self._events: list[tuple] = []
+        # the images of rows events converted column by column in ``take``, by
+        # (columns, present columns, side), and the bytes they are in
+        self._groups: dict[tuple, _Group] = {}
+        self._bufs: list[bytes] = []
+        self._buflen = 0
 
     def __len__(self) -> int:
         return len(self._key)
@@ -91,12 +101,19 @@ class EnvelopeBuilder:
         pos: int,
         first_row: int,
         query: str | None = None,
+        event_type: int | None = None,
     ) -> int:
-        """Append one rows event's changes; returns the next row index."""
+        """Append one rows event's changes; returns the next row index. ``rows`` is a
+        list of ``(before, after)`` dicts or a ``RawRows`` (converted in ``take``)."""
         n = len(rows)
         if not n:
             return first_row
-        if n == 1:
+        if rows.__class__ is RawRows:
+            if not self._defer(op, rows, key_columns, file, pos, event_type):
+                rows = rows.decode()
+        if rows.__class__ is RawRows:
+            pass
+        elif n == 1:
             before, after = rows[0]
             b = None if before is None else _encode_utf8(before)
             a = None if after is None else _encode_utf8(after)
@@ -134,6 +151,52 @@ class EnvelopeBuilder:
                              file_number * SEQ_FILE + pos * SEQ_POS + first_row))
         return first_row + n
 
+    def _defer(self, op: str, rows: RawRows, key_columns: Sequence[str] | None, file: str, pos: int,
+               event_type: int | None) -> bool:
+        """Take ``rows`` for conversion in ``take``; False when its key columns are
+        not all in the image the key comes from (MINIMAL images: decode them)."""
+        keys = tuple(key_columns) if key_columns else ()
+        delete = op == OP_DELETE
+        primary = rows.before if delete else rows.after
+        ok = self._key_ok.get((id(rows.cols), primary, keys))
+        if ok is None:
+            names = {rows.cols[i].name for i in primary}
+            ok = all(k in names for k in keys)
+            if len(self._key_ok) > 4096:
+                self._key_ok.clear()
+            self._key_ok[(id(rows.cols), primary, keys)] = (rows.cols, ok)
+        elif ok[0] is rows.cols:
+            ok = ok[1]
+        else:
+            self._key_ok.pop((id(rows.cols), primary, keys))
+            return self._defer(op, rows, key_columns, file, pos, event_type)
+        if not ok:
+            return False
+        n, row = rows.n, len(self._key)
+        base = self._buflen
+        self._bufs.append(rows.data)
+        self._buflen += len(rows.data)
+        event = (file, pos, event_type)
+        groups = self._groups
+        for present, recs, side in ((rows.before, rows.recs_before, 0), (rows.after, rows.recs_after, 1)):
+            if present is None:
+                continue
+            gk = (id(rows.cols), present, side)
+            group = groups.get(gk)
+            if group is None:
+                group = groups[gk] = _Group(rows.cols, present, side)
+            group.recs += recs
+            group.bases.append(base)
+            group.counts.append(n)
+            group.rows.append(row)
+            group.events.append(event)
+            group.keyed.append(keys if (side == 0) == delete else None)
+        none = [None] * n
+        self._before += none
+        self._after += none
+        self._key += none
+        return True
+
     def add_event(self, op: str, db: str, table: str, before: dict | None, after: dict | None,
                   query: str | None, txn: TxnContext, file: str, file_number: int,
                   pos: int) -> None:
@@ -162,10 +225,14 @@ class EnvelopeBuilder:
         index = pc.subtract(pc.cumulative_sum(_run_end_decode(
             pa.array([total], pa.int64()), pa.array([1], pa.int64()))), 1)
         row = pc.add(index, per_event(tuple(f - s for f, s in zip(first, starts)), pa.int64()))
+        before, after, key = (_text_array(self._before), _text_array(self._after),
+                              _text_array(self._key))
+        if self._groups:
+            before, after, key = _convert_groups(self._groups, self._bufs, total, before, after, key)
         columns = {
             "op": per_event(op, pa.string()), "db": per_event(db, pa.string()),
-            "table": per_event(table, pa.string()), "before": _text_array(self._before),
-            "after": _text_array(self._after), "key": _text_array(self._key),
+            "table": per_event(table, pa.string()), "before": before,
+            "after": after, "key": key,
             "ts_ms": per_event(ts, pa.int64()), "server_id": per_event(sid, pa.int64()),
             "gtid": per_event(gtid, pa.string()), "txn_id": per_event(txn, pa.string()),
             "file": per_event(file, pa.string()), "pos": per_event(pos, pa.int64()),
@@ -174,6 +241,80 @@ class EnvelopeBuilder:
         }
         self._reset()
         return pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+
+
+class _Group:
+    """The deferred images of one shape and side (0 before, 1 after) in a batch: their
+    records (``binlog.rowscan``) and, per rows event, where its bytes start in the
+    batch's joined bytes, its image count, first row, position and key columns (None
+    when its key does not come from this side)."""
+
+    __slots__ = ("cols", "present", "side", "recs", "bases", "counts", "rows", "events", "keyed")
+
+    def __init__(self, cols: tuple, present: tuple[int, ...], side: int) -> None:
+        self.cols, self.present, self.side = cols, present, side
+        self.recs: list[int] = []
+        self.bases: list[int] = []
+        self.counts: list[int] = []
+        self.rows: list[int] = []
+        self.events: list[tuple] = []
+        self.keyed: list[tuple[str, ...] | None] = []
+
+
+def _ranges(firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``firsts[i] .. firsts[i] + counts[i] - 1`` for every i, concatenated."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.repeat(firsts - starts, counts) + np.arange(total)
+
+
+def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, before: pa.Array,
+                    after: pa.Array, key: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The before/after/key texts of the deferred images, put in their rows."""
+    ctx = make_context(b"".join(bufs))
+    placed: list[list] = [[], [], []]        # per output column: (rows, texts) parts
+    for group in groups.values():
+        plan = image_plan(group.cols, group.present)
+        counts = np.array(group.counts, np.int64)
+        recs = np.array(group.recs, np.int64).reshape(-1, 1 + plan.nvar)
+        recs += np.repeat(np.array(group.bases, np.int64), counts)[:, None]
+        try:
+            frags = plan.fragments(ctx, recs)
+        except ValueFailed as e:
+            k = int(np.searchsorted(np.cumsum(counts), e.index, side="right"))
+            file, pos, etype = group.events[k]
+            raise MalformedEventError(f"cannot decode event: {e.cause!r}", file=file, pos=pos,
+                                      event_type=etype) from e.cause
+        images = plan.images(frags)
+        rows = _ranges(np.array(group.rows, np.int64), counts)
+        placed[group.side].append((rows, images))
+        # keys: per distinct key-column tuple, the images whose key comes from here
+        starts = np.cumsum(counts) - counts
+        for keys in set(group.keyed):
+            if keys is None:
+                continue
+            pick = np.array([k == keys for k in group.keyed])
+            sel = _ranges(starts[pick], counts[pick])
+            texts = plan.key_texts(frags, keys) if keys else images
+            placed[2].append((rows[sel], texts.take(pa.array(sel)) if len(sel) != len(rows) else texts))
+
+    def put(column: pa.Array, parts: list) -> pa.Array:
+        if not parts:
+            return column
+        rows = np.concatenate([r for r, _ in parts])
+        values = pa.concat_arrays([_as_binary(t) for _, t in parts])
+        if len(parts) > 1:
+            order = np.argsort(rows, kind="stable")
+            rows, values = rows[order], values.take(pa.array(order))
+        mask = np.zeros(total, bool)
+        mask[rows] = True
+        return pc.replace_with_mask(_as_binary(column), pa.array(mask), values).cast(pa.string())
+
+    return put(before, placed[0]), put(after, placed[1]), put(key, placed[2])
+
+
+def _as_binary(a: pa.Array) -> pa.Array:
+    return a if a.type == pa.binary() else a.cast(pa.binary())
 
 
 def _text_array(values: list[bytes | str | None]) -> pa.Array:
