@@ -9,6 +9,7 @@ when the batch is taken.
 from __future__ import annotations
 
 import json
+import struct
 from itertools import accumulate, chain
 from typing import Any, Sequence
 
@@ -26,6 +27,8 @@ from mysqlcdc.types import SEQ_FILE, SEQ_POS
 
 __all__ = ["EnvelopeBuilder", "TxnContext"]
 
+# what a row decoder raises on bytes it cannot decode (``BinlogParser.parse`` names them)
+_DECODE_ERRORS = (ValueError, IndexError, KeyError, struct.error, OverflowError, NotImplementedError)
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
 
@@ -69,7 +72,8 @@ class EnvelopeBuilder:
     """
 
     def __init__(self) -> None:
-        self._key_ok: dict[tuple, tuple] = {}
+        self._memo: dict[tuple, tuple] = {}
+        self._groups: dict[tuple, _Group] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -81,7 +85,12 @@ class EnvelopeBuilder:
         self._events: list[tuple] = []
         # the images of rows events converted column by column in ``take``, by
         # (columns, present columns, side), and the bytes they are in
-        self._groups: dict[tuple, _Group] = {}
+        groups = getattr(self, "_groups", {})
+        for group in groups.values():
+            group.recs, group.events = [], []
+        if len(groups) > 1024:          # many shapes seen: start over (all are empty now)
+            groups.clear()
+            self._memo.clear()
         self._bufs: list[bytes] = []
         self._buflen = 0
 
@@ -110,7 +119,11 @@ class EnvelopeBuilder:
             return first_row
         if rows.__class__ is RawRows:
             if not self._defer(op, rows, key_columns, file, pos, event_type):
-                rows = rows.decode()
+                try:
+                    rows = rows.decode()
+                except _DECODE_ERRORS as e:     # as the parser names them
+                    raise MalformedEventError(f"cannot decode event: {e!r}", file=file, pos=pos,
+                                              event_type=event_type) from e
         if rows.__class__ is RawRows:
             pass
         elif n == 1:
@@ -155,47 +168,57 @@ class EnvelopeBuilder:
                event_type: int | None) -> bool:
         """Take ``rows`` for conversion in ``take``; False when its key columns are
         not all in the image the key comes from (MINIMAL images: decode them)."""
-        keys = tuple(key_columns) if key_columns else ()
-        delete = op == OP_DELETE
-        primary = rows.before if delete else rows.after
-        ok = self._key_ok.get((id(rows.cols), primary, keys))
-        if ok is None:
-            names = {rows.cols[i].name for i in primary}
-            ok = all(k in names for k in keys)
-            if len(self._key_ok) > 4096:
-                self._key_ok.clear()
-            self._key_ok[(id(rows.cols), primary, keys)] = (rows.cols, ok)
-        elif ok[0] is rows.cols:
-            ok = ok[1]
-        else:
-            self._key_ok.pop((id(rows.cols), primary, keys))
-            return self._defer(op, rows, key_columns, file, pos, event_type)
-        if not ok:
+        cols = rows.cols
+        memo_key = (id(cols), rows.before, rows.after, key_columns, op)
+        entry = self._memo.get(memo_key)
+        if entry is None or entry[0] is not cols:
+            entry = self._memo_entry(memo_key, op, rows, key_columns)
+        if entry[1] is None:
             return False
         n, row = rows.n, len(self._key)
         base = self._buflen
         self._bufs.append(rows.data)
-        self._buflen += len(rows.data)
+        self._buflen = base + len(rows.data)
         event = (file, pos, event_type)
-        groups = self._groups
-        for present, recs, side in ((rows.before, rows.recs_before, 0), (rows.after, rows.recs_after, 1)):
-            if present is None:
-                continue
-            gk = (id(rows.cols), present, side)
-            group = groups.get(gk)
-            if group is None:
-                group = groups[gk] = _Group(rows.cols, present, side)
-            group.recs += recs
-            group.bases.append(base)
-            group.counts.append(n)
-            group.rows.append(row)
-            group.events.append(event)
-            group.keyed.append(keys if (side == 0) == delete else None)
+        group = entry[1]
+        if group is not None:
+            group.recs += rows.recs_before if group.side == 0 else rows.recs_after
+            group.events.append((base, n, row, event, entry[2]))
+        group = entry[3]
+        if group is not None:
+            group.recs += rows.recs_after
+            group.events.append((base, n, row, event, entry[4]))
         none = [None] * n
         self._before += none
         self._after += none
         self._key += none
         return True
+
+    def _memo_entry(self, memo_key: tuple, op: str, rows: RawRows,
+                    key_columns: Sequence[str] | None) -> tuple:
+        """(columns, first group or None when not deferrable, its key columns or None,
+        second group or None, its key columns or None) of a rows-event shape."""
+        keys = tuple(key_columns) if key_columns else ()
+        delete = op == OP_DELETE
+        primary = rows.before if delete else rows.after
+        names = {rows.cols[i].name for i in primary}
+        sides = [(p, s) for p, s in ((rows.before, 0), (rows.after, 1)) if p is not None]
+        if not all(k in names for k in keys):
+            entry = (rows.cols, None, None, None, None)
+        else:
+            found = []
+            for present, side in sides:
+                gk = (rows.cols, present, side)
+                group = self._groups.get(gk)
+                if group is None:
+                    group = self._groups[gk] = _Group(rows.cols, present, side)
+                found += [group, keys if (side == 0) == delete else None]
+            found += [None, None]
+            entry = (rows.cols, *found[:4])
+        if len(self._memo) > 4096:
+            self._memo.clear()
+        self._memo[memo_key] = entry
+        return entry
 
     def add_event(self, op: str, db: str, table: str, before: dict | None, after: dict | None,
                   query: str | None, txn: TxnContext, file: str, file_number: int,
@@ -227,7 +250,7 @@ class EnvelopeBuilder:
         row = pc.add(index, per_event(tuple(f - s for f, s in zip(first, starts)), pa.int64()))
         before, after, key = (_text_array(self._before), _text_array(self._after),
                               _text_array(self._key))
-        if self._groups:
+        if self._bufs:
             before, after, key = _convert_groups(self._groups, self._bufs, total, before, after, key)
         columns = {
             "op": per_event(op, pa.string()), "db": per_event(db, pa.string()),
@@ -245,20 +268,17 @@ class EnvelopeBuilder:
 
 class _Group:
     """The deferred images of one shape and side (0 before, 1 after) in a batch: their
-    records (``binlog.rowscan``) and, per rows event, where its bytes start in the
-    batch's joined bytes, its image count, first row, position and key columns (None
-    when its key does not come from this side)."""
+    records (``binlog.rowscan``) and per rows event ``(where its bytes start in the
+    batch's joined bytes, image count, first row, (file, pos, type), key columns or
+    None when its key does not come from this side)``. Kept across batches (emptied
+    by ``take``), so a memoized shape finds its group directly."""
 
-    __slots__ = ("cols", "present", "side", "recs", "bases", "counts", "rows", "events", "keyed")
+    __slots__ = ("cols", "present", "side", "recs", "events")
 
     def __init__(self, cols: tuple, present: tuple[int, ...], side: int) -> None:
         self.cols, self.present, self.side = cols, present, side
         self.recs: list[int] = []
-        self.bases: list[int] = []
-        self.counts: list[int] = []
-        self.rows: list[int] = []
         self.events: list[tuple] = []
-        self.keyed: list[tuple[str, ...] | None] = []
 
 
 def _ranges(firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -274,29 +294,35 @@ def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, 
     ctx = make_context(b"".join(bufs))
     placed: list[list] = [[], [], []]        # per output column: (rows, texts) parts
     for group in groups.values():
+        if not group.events:
+            continue
         plan = image_plan(group.cols, group.present)
-        counts = np.array(group.counts, np.int64)
+        bases, counts, firsts, events, keyed = zip(*group.events)
+        counts = np.array(counts, np.int64)
         recs = np.array(group.recs, np.int64).reshape(-1, 1 + plan.nvar)
-        recs += np.repeat(np.array(group.bases, np.int64), counts)[:, None]
+        recs += np.repeat(np.array(bases, np.int64), counts)[:, None]
         try:
             frags = plan.fragments(ctx, recs)
         except ValueFailed as e:
             k = int(np.searchsorted(np.cumsum(counts), e.index, side="right"))
-            file, pos, etype = group.events[k]
+            file, pos, etype = events[k]
             raise MalformedEventError(f"cannot decode event: {e.cause!r}", file=file, pos=pos,
                                       event_type=etype) from e.cause
         images = plan.images(frags)
-        rows = _ranges(np.array(group.rows, np.int64), counts)
+        rows = _ranges(np.array(firsts, np.int64), counts)
         placed[group.side].append((rows, images))
         # keys: per distinct key-column tuple, the images whose key comes from here
         starts = np.cumsum(counts) - counts
-        for keys in set(group.keyed):
+        for keys in set(keyed):
             if keys is None:
                 continue
-            pick = np.array([k == keys for k in group.keyed])
-            sel = _ranges(starts[pick], counts[pick])
             texts = plan.key_texts(frags, keys) if keys else images
-            placed[2].append((rows[sel], texts.take(pa.array(sel)) if len(sel) != len(rows) else texts))
+            if len(set(keyed)) == 1:
+                placed[2].append((rows, texts))
+                continue
+            pick = np.array([k == keys for k in keyed])
+            sel = _ranges(starts[pick], counts[pick])
+            placed[2].append((rows[sel], texts.take(pa.array(sel))))
 
     def put(column: pa.Array, parts: list) -> pa.Array:
         if not parts:

@@ -105,6 +105,44 @@ def _join(*parts: Any) -> pa.Array:
     return pc.binary_join_element_wise(*parts, _EMPTY)
 
 
+_DIGITS3 = np.array([list(b"%03d" % i) for i in range(1000)], np.uint8)
+
+
+def _put_digits(out: np.ndarray, end: int, value: np.ndarray, width: int) -> None:
+    """Write ``value`` (non-negative ints) as ``width`` zero-padded ASCII digits
+    ending before column ``end`` of the text matrix ``out`` (three at a time)."""
+    q = value.astype(np.int64) if value.dtype != np.int64 else value
+    while width > 0:
+        n = min(width, 3)
+        chunk = _DIGITS3[q % 1000]
+        out[:, end - n:end] = chunk[:, 3 - n:] if n < 3 else chunk
+        width -= n
+        end -= n
+        if width:
+            q = q // 1000
+
+
+def _fixed_texts(out: np.ndarray) -> pa.Array:
+    """A binary array of the rows of a text matrix, all of its width."""
+    m, width = out.shape
+    offsets = np.arange(m + 1, dtype=np.int32) * width
+    return pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(np.ascontiguousarray(out))])
+
+
+def _aligned_texts(out: np.ndarray, start: np.ndarray) -> pa.Array:
+    """A binary array of the rows of a text matrix, each from its column ``start``."""
+    m, width = out.shape
+    keep = np.arange(width) >= start[:, None]
+    offsets = np.zeros(m + 1, np.int32)
+    np.cumsum(width - start, out=offsets[1:])
+    return pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(out[keep])])
+
+
+def _text_matrix(m: int, template: bytes) -> np.ndarray:
+    return np.tile(np.frombuffer(template, np.uint8), (m, 1))
+
+
 class _Column:
     """How one present column becomes fragments.
 
@@ -130,11 +168,12 @@ class _Column:
 class _Ctx:
     """One batch's bytes: ``buf`` (numpy view, padded) and ``data`` (the bytes)."""
 
-    __slots__ = ("buf", "data")
+    __slots__ = ("buf", "data", "arrow")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.buf = np.frombuffer(data + bytes(16), np.uint8)
+        self.arrow = pa.py_buffer(data)
 
 
 # --- kernels -------------------------------------------------------------------
@@ -194,7 +233,8 @@ def _float_kernel(ctx: _Ctx, off, vstart, vlen, null):
     same order (see ``binlog.values.float32``); zero, subnormals, inf, NaN and far
     exponents take the reference."""
     bits = _gather(ctx.buf, off, 4).view("<u4").ravel()
-    x = bits.view(np.float32).astype(np.float64)
+    with np.errstate(all="ignore"):
+        x = bits.view(np.float32).astype(np.float64)
     e = (bits >> 23).astype(np.int64)
     m = ((bits & 0x7FFFFF) | 0x800000).astype(np.float64)
     low = (m < _F_THR[e]).astype(np.int64)
@@ -216,8 +256,12 @@ def _float_kernel(ctx: _Ctx, off, vstart, vlen, null):
 
 def _date_kernel(ctx: _Ctx, off, vstart, vlen, null):
     v = _uint_le(ctx.buf, off, 3).astype(np.int64)
-    return _join(_QUOTE, _Y4.take(pa.array(v >> 9)), b"-", _D2.take(pa.array((v >> 5) & 15)), b"-",
-                 _D2.take(pa.array(v & 31)), _QUOTE), None
+    year = v >> 9
+    out = _text_matrix(len(v), b'"0000-00-00"')
+    _put_digits(out, 5, year, 4)
+    _put_digits(out, 8, (v >> 5) & 15, 2)
+    _put_digits(out, 11, v & 31, 2)
+    return _fixed_texts(out), year > 9999
 
 
 def _fraction(q: np.ndarray, fsp: int) -> tuple[list, np.ndarray]:
@@ -244,7 +288,7 @@ def _frac_micro(buf, off: np.ndarray, fsp: int) -> np.ndarray:
 
 
 def _datetime2_kernel(fsp: int) -> Callable:
-    fb = (fsp + 1) // 2
+    template = b'"0000-00-00 00:00:00' + (b"." + b"0" * fsp if fsp else b"") + b'"'
 
     def convert(ctx: _Ctx, off, vstart, vlen, null):
         x = _uint_be(ctx.buf, off, 5).astype(np.int64) - 0x8000000000
@@ -252,15 +296,20 @@ def _datetime2_kernel(fsp: int) -> Callable:
         x = np.where(redo, 0, x)
         ymd, hms = x >> 17, x & 0x1FFFF
         ym = ymd >> 5
-        parts = [_QUOTE, _Y4.take(pa.array(ym // 13)), b"-", _D2.take(pa.array(ym % 13)), b"-",
-                 _D2.take(pa.array(ymd & 31)), b" ", _D2.take(pa.array(hms >> 12)), b":",
-                 _D2.take(pa.array((hms >> 6) & 63)), b":", _D2.take(pa.array(hms & 63))]
+        year = ym // 13
+        redo |= year > 9999
+        out = _text_matrix(len(x), template)
+        _put_digits(out, 5, year, 4)
+        _put_digits(out, 8, ym % 13, 2)
+        _put_digits(out, 11, ymd & 31, 2)
+        _put_digits(out, 14, hms >> 12, 2)
+        _put_digits(out, 17, (hms >> 6) & 63, 2)
+        _put_digits(out, 20, hms & 63, 2)
         if fsp:
-            frac, r = _fraction(_frac_micro(ctx.buf, off + 5, fsp), fsp)
-            parts += frac
-            redo |= r
-        parts.append(_QUOTE)
-        return _join(*parts), redo
+            q = _frac_micro(ctx.buf, off + 5, fsp)
+            redo |= q >= 10 ** fsp
+            _put_digits(out, 21 + fsp, q, fsp)
+        return _fixed_texts(out), redo
     return convert
 
 
@@ -279,20 +328,25 @@ def _civil(days: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _timestamp2_kernel(fsp: int) -> Callable:
+    template = b'"0000-00-00T00:00:00' + (b"." + b"0" * fsp if fsp else b"") + b'Z"'
+
     def convert(ctx: _Ctx, off, vstart, vlen, null):
         secs = _uint_be(ctx.buf, off, 4).astype(np.int64)
         redo = secs == 0                  # the zero timestamp: the reference writes it
         days, sod = secs // 86400, secs % 86400
         y, m, d = _civil(days)
-        parts = [_QUOTE, _Y4.take(pa.array(y)), b"-", _D2.take(pa.array(m)), b"-", _D2.take(pa.array(d)),
-                 b"T", _D2.take(pa.array(sod // 3600)), b":", _D2.take(pa.array(sod // 60 % 60)), b":",
-                 _D2.take(pa.array(sod % 60))]
+        out = _text_matrix(len(secs), template)
+        _put_digits(out, 5, y, 4)
+        _put_digits(out, 8, m, 2)
+        _put_digits(out, 11, d, 2)
+        _put_digits(out, 14, sod // 3600, 2)
+        _put_digits(out, 17, sod // 60 % 60, 2)
+        _put_digits(out, 20, sod % 60, 2)
         if fsp:
-            frac, r = _fraction(_frac_micro(ctx.buf, off + 4, fsp), fsp)
-            parts += frac
-            redo |= r
-        parts += [b"Z\""]
-        return _join(*parts), redo
+            q = _frac_micro(ctx.buf, off + 4, fsp)
+            redo |= q >= 10 ** fsp
+            _put_digits(out, 21 + fsp, q, fsp)
+        return _fixed_texts(out), redo
     return convert
 
 
@@ -317,15 +371,24 @@ def _time2_kernel(fsp: int) -> Callable:
         neg = packed < 0
         packed = np.abs(packed)
         hms, us = packed >> 24, packed & 0xFFFFFF
-        parts = [_QUOTE, _SIGN.take(pa.array(neg.astype(np.int8))),
-                 _D2.take(pa.array((hms >> 12) & 0x3FF)), b":", _D2.take(pa.array((hms >> 6) & 63)), b":",
-                 _D2.take(pa.array(hms & 63))]
+        hours = (hms >> 12) & 0x3FF
+        # '"' sign hours(2-4 digits) ':MM:SS' fraction '"', right-aligned in 4 hour digits
+        tail = b":00:00" + (b"." + b"0" * fsp if fsp else b"") + b'"'
+        out = _text_matrix(len(packed), b'  "-0000' + tail)
+        _put_digits(out, 8, hours, 4)
+        _put_digits(out, 11, (hms >> 6) & 63, 2)
+        _put_digits(out, 14, hms & 63, 2)
         redo = None
         if fsp:
-            frac_parts, redo = _fraction(us // FRAC_SCALE[fsp], fsp)
-            parts += frac_parts
-        parts.append(_QUOTE)
-        return _join(*parts), redo
+            q = us // FRAC_SCALE[fsp]
+            redo = q >= 10 ** fsp
+            _put_digits(out, 15 + fsp, q, fsp)
+        digits = np.where(hours >= 1000, 4, np.where(hours >= 100, 3, 2))
+        first = 8 - digits                 # the first hour digit
+        rows = np.arange(len(packed))
+        out[rows, first - 1] = np.where(neg, 45, 34)
+        out[rows, first - 2] = 34
+        return _aligned_texts(out, first - 1 - neg), redo
     return convert
 
 
@@ -369,22 +432,51 @@ def _decimal_kernel(precision: int, scale: int) -> Callable | None:
         elif trail_n:
             frac = be(trail_n)
             redo |= frac >= 10**frac0x
-        parts = [_QUOTE, _SIGN.take(pa.array((~positive).astype(np.int8))), _int_text(whole)]
+        # '"' sign digits(1-20) ['.' fraction] '"', right-aligned in 20 digits
+        out = _text_matrix(len(off), b'"-' + b"0" * 20 + (b"." + b"0" * scale if scale else b"") + b'"')
+        whole = whole.astype(np.int64)     # below 2**63: at most 18 digits' groups + a short lead
+        nd = np.ones(len(off), np.int64)
+        for k in range(1, 20):
+            nd += whole >= 10 ** k
+        _put_digits(out, 22, whole, int(nd.max()))
         if scale:
-            digits = pc.utf8_lpad(pa.array(frac).cast(pa.string()), scale, "0").cast(pa.binary())
-            parts += [b".", digits]
-        parts.append(_QUOTE)
-        return _join(*parts), redo
+            _put_digits(out, 23 + scale, frac, scale)
+        first = 22 - nd
+        neg = (~positive).astype(np.int64)
+        rows = np.arange(len(off))
+        out[rows, first - 1] = np.where(neg, 45, 34)
+        out[rows, first - 2] = 34
+        return _aligned_texts(out, first - 1 - neg), redo
     return convert
 
 
+
 def _slices(ctx: _Ctx, vstart: np.ndarray, vlen: np.ndarray, null: np.ndarray) -> list[bytes]:
-    """The ``vlen`` bytes at each ``vstart`` (empty where ``null``), as bytes objects:
-    slicing in Python beats gathering ragged bytes with numpy index arrays."""
+    """The ``vlen`` bytes at each ``vstart`` (empty where ``null``), as bytes objects."""
     data = ctx.data
     starts = vstart.tolist()
     ends = np.where(null, vstart, vstart + vlen).tolist()
     return [data[a:b] for a, b in zip(starts, ends)]
+
+
+def _values(ctx: _Ctx, vstart: np.ndarray, vlen: np.ndarray, null: np.ndarray) -> pa.Array:
+    """A binary array of the ``vlen`` bytes at each ``vstart`` (empty where ``null``).
+
+    The values of one column of one group of images lie in order in the batch's bytes,
+    so an array over those bytes whose even elements are the values and odd ones the
+    gaps between them costs no copy; Arrow's ``take`` of the even ones makes it compact.
+    """
+    m = len(vstart)
+    ends = np.where(null, vstart, vstart + vlen)
+    bounds = np.empty(2 * m + 1, np.int64)
+    bounds[0:2 * m:2] = vstart
+    bounds[1:2 * m:2] = ends
+    bounds[2 * m] = ends[-1] if m else 0
+    if m and (np.diff(bounds) < 0).any() or len(ctx.data) >= 2**31:
+        return pa.array(_slices(ctx, vstart, vlen, null), pa.binary())
+    spread = pa.Array.from_buffers(pa.binary(), 2 * m, [None, pa.py_buffer(bounds.astype(np.int32)),
+                                                        ctx.arrow])
+    return spread.take(pa.array(np.arange(0, 2 * m, 2)))
 
 
 def _quoted(text: pa.Array) -> pa.Array:
@@ -392,7 +484,7 @@ def _quoted(text: pa.Array) -> pa.Array:
 
 
 def _utf8_kernel(ctx: _Ctx, off, vstart, vlen, null):
-    raw = pa.array(_slices(ctx, vstart, vlen, null), pa.binary())
+    raw = _values(ctx, vstart, vlen, null)
     try:
         text = raw.cast(pa.string())
     except pa.ArrowInvalid:
@@ -531,8 +623,9 @@ class ImagePlan:
             col_null = null[:, j]
             vstart = vlen = None
             if self.prefix[j]:
-                vstart = off + self.prefix[j]
-                vlen = recs[:, s + 1] - vstart
+                # a NULL's "value" is empty, where the column would have been
+                vstart = np.where(col_null, off, off + self.prefix[j])
+                vlen = np.where(col_null, 0, recs[:, s + 1] - vstart)
             any_null = bool(col_null.any())
             if column.convert is not None:
                 frags, redo = column.convert(ctx, off, vstart, vlen, col_null)
