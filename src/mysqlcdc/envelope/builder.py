@@ -325,16 +325,21 @@ def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, 
             placed[2].append((rows[sel], texts.take(pa.array(sel))))
 
     def put(column: pa.Array, parts: list) -> pa.Array:
+        """``column`` (null where deferred) with each part's texts in its rows: one
+        take from the column and the parts, no sort."""
         if not parts:
             return column
-        rows = np.concatenate([r for r, _ in parts])
-        values = pa.concat_arrays([_as_binary(t) for _, t in parts])
-        if len(parts) > 1:
-            order = np.argsort(rows, kind="stable")
-            rows, values = rows[order], values.take(pa.array(order))
-        mask = np.zeros(total, bool)
-        mask[rows] = True
-        return pc.replace_with_mask(_as_binary(column), pa.array(mask), values).cast(pa.string())
+        pool = pa.concat_arrays([_as_binary(column)] + [_as_binary(t) for _, t in parts])
+        index = np.arange(total, dtype=np.int64)
+        at = total
+        for rows, texts in parts:
+            index[rows] = np.arange(at, at + len(texts))
+            at += len(texts)
+        merged = pool.take(pa.array(index))
+        # no second UTF-8 check: the column's own texts were checked by ``_text_array``,
+        # the converted ones are UTF-8 by construction (checked strings, orjson, ASCII)
+        return pa.Array.from_buffers(pa.string(), len(merged), merged.buffers(),
+                                     null_count=merged.null_count, offset=merged.offset)
 
     return put(before, placed[0]), put(after, placed[1]), put(key, placed[2])
 

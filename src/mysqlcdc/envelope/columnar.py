@@ -479,6 +479,16 @@ def _values(ctx: _Ctx, vstart: np.ndarray, vlen: np.ndarray, null: np.ndarray) -
     return spread.take(pa.array(np.arange(0, 2 * m, 2)))
 
 
+class _Bare:
+    """A string column's fragments without their quotes: the image join writes them
+    (one pass less); ``ImagePlan`` quotes them where a value needs its whole text."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: pa.Array) -> None:
+        self.array = array
+
+
 def _quoted(text: pa.Array) -> pa.Array:
     return _join(_QUOTE, text.cast(pa.binary()), _QUOTE)
 
@@ -500,7 +510,7 @@ def _utf8_kernel(ctx: _Ctx, off, vstart, vlen, null):
         text = pc.replace_substring(text, "\\", "\\\\")
     if (body == 0x22).any():
         text = pc.replace_substring(text, '"', '\\"')
-    return _quoted(text), redo
+    return _Bare(text.cast(pa.binary())), redo
 
 
 def _base64_kernel(pad: int) -> Callable:
@@ -510,7 +520,7 @@ def _base64_kernel(pad: int) -> Callable:
         raw = _slices(ctx, vstart, vlen, null)
         if pad:
             raw = [r.ljust(pad, b"\x00") for r in raw]
-        return _quoted(pa.array([b2a_base64(r, newline=False) for r in raw], pa.binary())), None
+        return _Bare(pa.array([b2a_base64(r, newline=False) for r in raw], pa.binary())), None
     return convert
 
 
@@ -631,19 +641,25 @@ class ImagePlan:
                 frags, redo = column.convert(ctx, off, vstart, vlen, col_null)
             else:
                 frags, redo = None, np.ones(m, bool)
+            bare = frags.__class__ is _Bare
+            if bare:
+                frags = frags.array
             if redo is not None:
                 redo = redo & ~col_null
                 if redo.any():
-                    frags = self._redo(ctx, column, off, redo, frags, m)
+                    frags = self._redo(ctx, column, off, redo, frags, m, bare)
             if any_null:
+                if bare:
+                    frags, bare = _quoted(frags), False
                 frags = pc.if_else(pa.array(col_null), _NULL, frags)
-            out.append(frags)
+            out.append((frags, bare))
         return out
 
     @staticmethod
     def _redo(ctx: _Ctx, column: _Column, off: np.ndarray, redo: np.ndarray, frags: pa.Array | None,
-              m: int) -> pa.Array:
-        """``frags`` with the images of ``redo`` decoded by the reference code."""
+              m: int, bare: bool = False) -> pa.Array:
+        """``frags`` with the images of ``redo`` decoded by the reference code (their
+        texts without the quotes when ``bare``: the value is a string then)."""
         idx = np.flatnonzero(redo)
         value, data = column.value, ctx.data
         texts = []
@@ -652,7 +668,7 @@ class ImagePlan:
                 v = value(data, int(off[i]))
             except Exception as e:          # noqa: BLE001 - the caller names it
                 raise ValueFailed(i, e) from e
-            texts.append(orjson.dumps(v))
+            texts.append(orjson.dumps(v)[1:-1] if bare else orjson.dumps(v))
         if frags is None or len(idx) == m:
             full = [b"null"] * m
             for i, t in zip(idx.tolist(), texts):
@@ -661,24 +677,28 @@ class ImagePlan:
         return pc.replace_with_mask(frags.cast(pa.binary()) if frags.type != pa.binary() else frags,
                                     pa.array(redo), _binary(texts))
 
-    def images(self, frags: list[pa.Array]) -> pa.Array:
-        """``{"name":fragment,...}`` per image."""
+    def images(self, frags: list[tuple[pa.Array, bool]]) -> pa.Array:
+        """``{"name":fragment,...}`` per image (``frags`` from ``fragments``)."""
         if not frags:
             return pa.array([b"{}"] * 0, pa.binary())
         parts: list[Any] = []
-        for j, f in enumerate(frags):
-            parts += [(b"{" if j == 0 else b",") + self.keys[j] + b":", f]
-        parts.append(b"}")
+        text = b"{"
+        for j, (f, bare) in enumerate(frags):
+            text += (b"," if j else b"") + self.keys[j] + b":" + (b'"' if bare else b"")
+            parts += [text, f]
+            text = b'"' if bare else b""
+        parts.append(text + b"}")
         return _join(*parts)
 
-    def key_texts(self, frags: list[pa.Array], key_columns: tuple[str, ...]) -> pa.Array | None:
+    def key_texts(self, frags: list[tuple[pa.Array, bool]], key_columns: tuple[str, ...]) -> pa.Array | None:
         """``{"k":fragment,...}`` of the key columns; None when one is not in the image."""
         parts: list[Any] = []
         for n, k in enumerate(key_columns):
             j = self._name_index.get(k)
             if j is None:
                 return None
-            parts += [(b"{" if n == 0 else b",") + orjson.dumps(k) + b":", frags[j]]
+            f, bare = frags[j]
+            parts += [(b"{" if n == 0 else b",") + orjson.dumps(k) + b":", _quoted(f) if bare else f]
         parts.append(b"}")
         return _join(*parts)
 
