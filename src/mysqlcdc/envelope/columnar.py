@@ -71,8 +71,9 @@ def _binary(values: list[bytes]) -> pa.Array:
 
 
 def _gather(buf: np.ndarray, off: np.ndarray, width: int) -> np.ndarray:
-    """(m, width) bytes at ``off``."""
-    return buf[off[:, None] + np.arange(width)]
+    """(m, width) bytes at ``off``: rows of a sliding-window view of the buffer (no
+    index matrix)."""
+    return np.lib.stride_tricks.sliding_window_view(buf, width)[off]
 
 
 def _uint_le(buf: np.ndarray, off: np.ndarray, width: int) -> np.ndarray:
@@ -186,10 +187,14 @@ def _int_kernel(width: int, signed: bool, big: bool = False, year: bool = False)
         else:
             table = _binary([str(v - 256 if signed and v > 127 else v).encode() for v in range(256)])
 
+    typed = None if big or width not in (2, 4, 8) else f"<{'i' if signed else 'u'}{width}"
+
     def convert(ctx: _Ctx, off, vstart, vlen, null):
-        u = (_uint_be if big else _uint_le)(ctx.buf, off, width)
+        if typed is not None:         # the bytes are the value: no widening, no sign fix
+            return _int_text(_gather(ctx.buf, off, width).view(typed).ravel()), None
         if table is not None:
-            return table.take(pa.array(u.astype(np.int64))), None
+            return table.take(pa.array(_gather(ctx.buf, off, 1).ravel())), None
+        u = (_uint_be if big else _uint_le)(ctx.buf, off, width)
         if signed:
             v = u.view(np.int64)
             if width < 8:
