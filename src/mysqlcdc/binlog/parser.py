@@ -106,7 +106,17 @@ class BinlogParser:
         self._tm_cache: dict[bytes, tuple] = {}
         # rows event type -> {post-header, column count and bitmap bytes: what they decode to}
         self.rows_cache: dict[int, dict[bytes, tuple]] = {code: {} for code in ROWS_FAST_CODES}
+        # rows events' ``rows`` as ``rowscan.RawRows`` (images located, not decoded)
+        # wherever the columns allow: for a reader that converts them column by column
+        self.defer_rows = False
         self._handlers = self._dispatch_table()
+
+    def set_defer_rows(self, defer: bool) -> None:
+        """Turn located-not-decoded rows (``defer_rows``) on or off."""
+        if defer != self.defer_rows:
+            self.defer_rows = defer
+            for cache in self.rows_cache.values():
+                cache.clear()
 
     # --- entry point ------------------------------------------------------
     def parse(self, data: bytes | memoryview, pos: int | None = None) -> list[E.Event]:

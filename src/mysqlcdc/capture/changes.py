@@ -86,12 +86,16 @@ class ChangeDecoder:
     recorded becomes a schema-change record (``op`` ``s``, or ``t`` for TRUNCATE).
     ``include_query`` puts the statement text of ANNOTATE_ROWS / ROWS_QUERY
     events (when the server writes them) into the ``query`` field of each row.
+    ``columnar=False`` decodes every row image to a dict first (the reference path
+    the columnar one is tested against).
     """
 
     def __init__(self, parser: BinlogParser, tables: TableLookup | None = None, *,
                  include: Callable[[str, str], bool] | None = None,
-                 include_query: bool = False, ddl=None) -> None:
+                 include_query: bool = False, ddl=None, columnar: bool = True) -> None:
         self.parser = parser
+        # row images become envelope texts column by column (envelope.columnar)
+        parser.set_defer_rows(columnar)
         self.ddl = ddl            # offline: follows the DDL in the files (capture.offline)
         self.tables = tables
         self.history = tables if isinstance(tables, HistoryLookup) else None
@@ -186,6 +190,7 @@ class ChangeDecoder:
         return self.builder.add_rows(
             ev.kind, ev.schema, ev.table, ev.rows, self.keys.get(ev.table_id),
             self.tracker.ctx, file, self._file_number, pos, row_index, self.query,
+            ev.header.type_code,
         )
 
     def _schema_changes(self, ev: QueryEvent, file: str, pos: int) -> None:

@@ -88,10 +88,12 @@ def iter_file_batches(
     tables: Callable[[str, str], TableDef | None] | dict | None = None,
     include: Callable[[str, str], bool] | None = None,
     batch_rows: int = 8192,
+    columnar: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """Envelope record batches of every row change in local binlog files.
 
     Without ``tables``, definitions come from the DDL in the files (:class:`FileSchema`).
+    ``columnar=False`` takes the reference path (see ``ChangeDecoder``).
     """
     follower = None
     if isinstance(tables, dict):
@@ -102,7 +104,7 @@ def iter_file_batches(
     parser = BinlogParser(tables=lookup, include=include)
     if lookup is None:
         follower = parser.tables = lookup = FileSchema(parser)
-    decoder = ChangeDecoder(parser, lookup, ddl=follower)
+    decoder = ChangeDecoder(parser, lookup, ddl=follower, columnar=columnar)
     # the loop of ``iter_change_batches`` without an end, on (pos, bytes) pairs: no
     # object per raw event
     feed, builder = decoder.feed_raw, decoder.builder

@@ -9,19 +9,26 @@ when the batch is taken.
 from __future__ import annotations
 
 import json
-from itertools import accumulate
+import struct
+from itertools import accumulate, chain
 from typing import Any, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from orjson import JSONEncodeError as _OrjsonError
 from orjson import dumps as _orjson_dumps
 
+from mysqlcdc.binlog.rowscan import RawRows
+from mysqlcdc.envelope.columnar import ValueFailed, image_plan, make_context
 from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_DELETE
+from mysqlcdc.errors import MalformedEventError
 from mysqlcdc.types import SEQ_FILE, SEQ_POS
 
 __all__ = ["EnvelopeBuilder", "TxnContext"]
 
+# what a row decoder raises on bytes it cannot decode (``BinlogParser.parse`` names them)
+_DECODE_ERRORS = (ValueError, IndexError, KeyError, struct.error, OverflowError, NotImplementedError)
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
 
 
@@ -65,6 +72,8 @@ class EnvelopeBuilder:
     """
 
     def __init__(self) -> None:
+        self._memo: dict[tuple, tuple] = {}
+        self._groups: dict[tuple, _Group] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -74,6 +83,16 @@ class EnvelopeBuilder:
         # per event: (rows, op, db, table, ts_ms, server_id, gtid, txn_id, file, pos,
         #             query, first row, seq of the first row)
         self._events: list[tuple] = []
+        # the images of rows events converted column by column in ``take``, by
+        # (columns, present columns, side), and the bytes they are in
+        groups = getattr(self, "_groups", {})
+        for group in groups.values():
+            group.recs, group.events = [], []
+        if len(groups) > 1024:          # many shapes seen: start over (all are empty now)
+            groups.clear()
+            self._memo.clear()
+        self._bufs: list[bytes] = []
+        self._buflen = 0
 
     def __len__(self) -> int:
         return len(self._key)
@@ -91,12 +110,23 @@ class EnvelopeBuilder:
         pos: int,
         first_row: int,
         query: str | None = None,
+        event_type: int | None = None,
     ) -> int:
-        """Append one rows event's changes; returns the next row index."""
+        """Append one rows event's changes; returns the next row index. ``rows`` is a
+        list of ``(before, after)`` dicts or a ``RawRows`` (converted in ``take``)."""
         n = len(rows)
         if not n:
             return first_row
-        if n == 1:
+        if rows.__class__ is RawRows:
+            if not self._defer(op, rows, key_columns, file, pos, event_type):
+                try:
+                    rows = rows.decode()
+                except _DECODE_ERRORS as e:     # as the parser names them
+                    raise MalformedEventError(f"cannot decode event: {e!r}", file=file, pos=pos,
+                                              event_type=event_type) from e
+        if rows.__class__ is RawRows:
+            pass
+        elif n == 1:
             before, after = rows[0]
             b = None if before is None else _encode_utf8(before)
             a = None if after is None else _encode_utf8(after)
@@ -134,6 +164,62 @@ class EnvelopeBuilder:
                              file_number * SEQ_FILE + pos * SEQ_POS + first_row))
         return first_row + n
 
+    def _defer(self, op: str, rows: RawRows, key_columns: Sequence[str] | None, file: str, pos: int,
+               event_type: int | None) -> bool:
+        """Take ``rows`` for conversion in ``take``; False when its key columns are
+        not all in the image the key comes from (MINIMAL images: decode them)."""
+        cols = rows.cols
+        memo_key = (id(cols), rows.before, rows.after, key_columns, op)
+        entry = self._memo.get(memo_key)
+        if entry is None or entry[0] is not cols:
+            entry = self._memo_entry(memo_key, op, rows, key_columns)
+        if entry[1] is None:
+            return False
+        n, row = rows.n, len(self._key)
+        base = self._buflen
+        self._bufs.append(rows.data)
+        self._buflen = base + len(rows.data)
+        event = (file, pos, event_type)
+        group = entry[1]
+        if group is not None:
+            group.recs += rows.recs_before if group.side == 0 else rows.recs_after
+            group.events.append((base, n, row, event, entry[2]))
+        group = entry[3]
+        if group is not None:
+            group.recs += rows.recs_after
+            group.events.append((base, n, row, event, entry[4]))
+        none = [None] * n
+        self._before += none
+        self._after += none
+        self._key += none
+        return True
+
+    def _memo_entry(self, memo_key: tuple, op: str, rows: RawRows,
+                    key_columns: Sequence[str] | None) -> tuple:
+        """(columns, first group or None when not deferrable, its key columns or None,
+        second group or None, its key columns or None) of a rows-event shape."""
+        keys = tuple(key_columns) if key_columns else ()
+        delete = op == OP_DELETE
+        primary = rows.before if delete else rows.after
+        names = {rows.cols[i].name for i in primary}
+        sides = [(p, s) for p, s in ((rows.before, 0), (rows.after, 1)) if p is not None]
+        if not all(k in names for k in keys):
+            entry = (rows.cols, None, None, None, None)
+        else:
+            found = []
+            for present, side in sides:
+                gk = (rows.cols, present, side)
+                group = self._groups.get(gk)
+                if group is None:
+                    group = self._groups[gk] = _Group(rows.cols, present, side)
+                found += [group, keys if (side == 0) == delete else None]
+            found += [None, None]
+            entry = (rows.cols, *found[:4])
+        if len(self._memo) > 4096:
+            self._memo.clear()
+        self._memo[memo_key] = entry
+        return entry
+
     def add_event(self, op: str, db: str, table: str, before: dict | None, after: dict | None,
                   query: str | None, txn: TxnContext, file: str, file_number: int,
                   pos: int) -> None:
@@ -162,10 +248,14 @@ class EnvelopeBuilder:
         index = pc.subtract(pc.cumulative_sum(_run_end_decode(
             pa.array([total], pa.int64()), pa.array([1], pa.int64()))), 1)
         row = pc.add(index, per_event(tuple(f - s for f, s in zip(first, starts)), pa.int64()))
+        before, after, key = (_text_array(self._before), _text_array(self._after),
+                              _text_array(self._key))
+        if self._bufs:
+            before, after, key = _convert_groups(self._groups, self._bufs, total, before, after, key)
         columns = {
             "op": per_event(op, pa.string()), "db": per_event(db, pa.string()),
-            "table": per_event(table, pa.string()), "before": _text_array(self._before),
-            "after": _text_array(self._after), "key": _text_array(self._key),
+            "table": per_event(table, pa.string()), "before": before,
+            "after": after, "key": key,
             "ts_ms": per_event(ts, pa.int64()), "server_id": per_event(sid, pa.int64()),
             "gtid": per_event(gtid, pa.string()), "txn_id": per_event(txn, pa.string()),
             "file": per_event(file, pa.string()), "pos": per_event(pos, pa.int64()),
@@ -174,6 +264,88 @@ class EnvelopeBuilder:
         }
         self._reset()
         return pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+
+
+class _Group:
+    """The deferred images of one shape and side (0 before, 1 after) in a batch: their
+    records (``binlog.rowscan``) and per rows event ``(where its bytes start in the
+    batch's joined bytes, image count, first row, (file, pos, type), key columns or
+    None when its key does not come from this side)``. Kept across batches (emptied
+    by ``take``), so a memoized shape finds its group directly."""
+
+    __slots__ = ("cols", "present", "side", "recs", "events")
+
+    def __init__(self, cols: tuple, present: tuple[int, ...], side: int) -> None:
+        self.cols, self.present, self.side = cols, present, side
+        self.recs: list[int] = []
+        self.events: list[tuple] = []
+
+
+def _ranges(firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``firsts[i] .. firsts[i] + counts[i] - 1`` for every i, concatenated."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.repeat(firsts - starts, counts) + np.arange(total)
+
+
+def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, before: pa.Array,
+                    after: pa.Array, key: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The before/after/key texts of the deferred images, put in their rows."""
+    ctx = make_context(b"".join(bufs))
+    placed: list[list] = [[], [], []]        # per output column: (rows, texts) parts
+    for group in groups.values():
+        if not group.events:
+            continue
+        plan = image_plan(group.cols, group.present)
+        bases, counts, firsts, events, keyed = zip(*group.events)
+        counts = np.array(counts, np.int64)
+        recs = np.array(group.recs, np.int64).reshape(-1, 1 + plan.nvar)
+        recs += np.repeat(np.array(bases, np.int64), counts)[:, None]
+        try:
+            frags = plan.fragments(ctx, recs)
+        except ValueFailed as e:
+            k = int(np.searchsorted(np.cumsum(counts), e.index, side="right"))
+            file, pos, etype = events[k]
+            raise MalformedEventError(f"cannot decode event: {e.cause!r}", file=file, pos=pos,
+                                      event_type=etype) from e.cause
+        images = plan.images(frags)
+        rows = _ranges(np.array(firsts, np.int64), counts)
+        placed[group.side].append((rows, images))
+        # keys: per distinct key-column tuple, the images whose key comes from here
+        starts = np.cumsum(counts) - counts
+        for keys in set(keyed):
+            if keys is None:
+                continue
+            texts = plan.key_texts(frags, keys) if keys else images
+            if len(set(keyed)) == 1:
+                placed[2].append((rows, texts))
+                continue
+            pick = np.array([k == keys for k in keyed])
+            sel = _ranges(starts[pick], counts[pick])
+            placed[2].append((rows[sel], texts.take(pa.array(sel))))
+
+    def put(column: pa.Array, parts: list) -> pa.Array:
+        """``column`` (null where deferred) with each part's texts in its rows: one
+        take from the column and the parts, no sort."""
+        if not parts:
+            return column
+        pool = pa.concat_arrays([_as_binary(column)] + [_as_binary(t) for _, t in parts])
+        index = np.arange(total, dtype=np.int64)
+        at = total
+        for rows, texts in parts:
+            index[rows] = np.arange(at, at + len(texts))
+            at += len(texts)
+        merged = pool.take(pa.array(index))
+        # no second UTF-8 check: the column's own texts were checked by ``_text_array``,
+        # the converted ones are UTF-8 by construction (checked strings, orjson, ASCII)
+        return pa.Array.from_buffers(pa.string(), len(merged), merged.buffers(),
+                                     null_count=merged.null_count, offset=merged.offset)
+
+    return put(before, placed[0]), put(after, placed[1]), put(key, placed[2])
+
+
+def _as_binary(a: pa.Array) -> pa.Array:
+    return a if a.type == pa.binary() else a.cast(pa.binary())
 
 
 def _text_array(values: list[bytes | str | None]) -> pa.Array:
@@ -189,6 +361,7 @@ def _run_end_decode(ends: pa.Array, values: pa.Array) -> pa.Array:
 
 _SEQ_TYPE = ARROW_SCHEMA.field("seq").type
 _SEQ_MAX = 10**38
+_LOW64 = (1 << 64) - 1
 
 
 def _seq_array(firsts: tuple[int, ...], counts: tuple[int, ...]) -> pa.Array:
@@ -196,6 +369,19 @@ def _seq_array(firsts: tuple[int, ...], counts: tuple[int, ...]) -> pa.Array:
     written straight into the decimal128 buffer (16-byte little-endian two's
     complement); converting each int through pyarrow's decimal path costs
     microseconds a row."""
+    if 0 <= min(firsts) and max(f + c for f, c in zip(firsts, counts)) <= _SEQ_MAX:
+        # each event's first seq as two 64-bit limbs, plus the row's index in the event
+        # with the carry into the high limb: no Python int per row
+        counts_a = np.array(counts, np.int64)
+        lo = np.repeat(np.array([f & _LOW64 for f in firsts], np.uint64), counts_a)
+        hi = np.repeat(np.array([f >> 64 for f in firsts], np.uint64), counts_a)
+        step = (np.arange(int(counts_a.sum()), dtype=np.int64)
+                - np.repeat(np.cumsum(counts_a) - counts_a, counts_a)).astype(np.uint64)
+        low = lo + step
+        limbs = np.empty((len(low), 2), np.uint64)
+        limbs[:, 0] = low
+        limbs[:, 1] = hi + (low < lo)
+        return pa.Array.from_buffers(_SEQ_TYPE, len(low), [None, pa.py_buffer(limbs.astype("<u8"))])
     if -_SEQ_MAX < min(firsts) and max(f + c for f, c in zip(firsts, counts)) <= _SEQ_MAX:
         buf = b"".join([(f + j).to_bytes(16, "little", signed=True)
                         for f, c in zip(firsts, counts) for j in range(c)])

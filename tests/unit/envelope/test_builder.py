@@ -69,6 +69,13 @@ def test_seq_buffer_equals_pyarrow_conversion():
     assert _seq_array(firsts, counts).equals(pa.array(want, type=pa.decimal128(38, 0)))
 
 
+def test_seq_limbs_carry_into_the_high_word():
+    firsts = (0, 2**64 - 2, 5 * 2**64 + 2**64 - 1, 10**24 + 7, 10**38 - 3)
+    counts = (2, 4, 2, 1, 3)
+    want = [f + j for f, c in zip(firsts, counts) for j in range(c)]
+    assert _seq_array(firsts, counts).equals(pa.array(want, type=pa.decimal128(38, 0)))
+
+
 def test_events_and_rows_mix_and_empty_batches():
     ctx = TxnContext()
     b = EnvelopeBuilder()

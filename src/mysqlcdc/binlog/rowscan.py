@@ -1,0 +1,212 @@
+"""Row images located, not decoded: the first half of columnar decoding.
+
+A reader that turns row changes into columns (the envelope builder) does not
+need one Python object per value: it needs to know where every value of every
+row image starts. ``compile_rows_scanner`` writes, for one (columns, image
+bitmaps, event kind), a function that walks a rows event's images as
+``rows.compile_rows_decoder`` does, reading only the null bitmaps and the length
+prefixes of variable-size values, and records per image
+
+    ``start, e_1, ..., e_k``
+
+``start`` where the image's null bitmap begins and ``e_j`` where the ``j``-th
+variable-size column of the image (NULL or not) ends. Every other position
+follows from those and the null bitmap (``envelope.columnar`` works them out for
+a whole batch at once). Values are checked when they are converted; this pass
+checks only that the images fill the event exactly (the caller compares the
+returned position with the end of the rows data, as for the decoder).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable
+
+from . import constants as C
+from .columns import ColumnSpec
+from .rows import _STATIC_ENV, _Gen, _layout_field, _length_prefix, _nullmap_code
+from .values.json_diff import JSON_DIFF_TYPE
+
+__all__ = ["RawRows", "column_extent", "columnar_capable", "compile_rows_scanner"]
+
+# values whose Python objects can be anything JSON holds: the envelope writes their
+# image with the reference decoder (see ``columnar_capable``)
+_NOT_COLUMNAR = frozenset({C.MYSQL_TYPE_JSON, JSON_DIFF_TYPE})
+_CACHE: OrderedDict[tuple, Callable] = OrderedDict()
+_CACHE_SIZE = 4096
+_LAYOUTS_PER_IMAGE = 256
+
+
+class RawRows:
+    """The row images of one rows event, located by a scanner (see the module doc).
+
+    ``before``/``after`` are the present-column tuples of the before and after
+    images (None when the event kind has no such image); ``recs_before`` and
+    ``recs_after`` hold ``1 + variable columns`` positions per image, relative to
+    ``data``.
+    """
+
+    __slots__ = ("data", "cols", "kind", "before", "after", "recs_before", "recs_after", "n",
+                 "start", "end")
+
+    def __init__(self, data: bytes, cols: tuple[ColumnSpec, ...], kind: str,
+                 before: tuple[int, ...] | None, after: tuple[int, ...] | None,
+                 recs_before: list[int], recs_after: list[int], n: int, start: int, end: int) -> None:
+        self.data, self.cols, self.kind, self.before, self.after = data, cols, kind, before, after
+        self.recs_before, self.recs_after, self.n = recs_before, recs_after, n
+        self.start, self.end = start, end
+
+    def __len__(self) -> int:
+        return self.n
+
+    def decode(self) -> list[tuple[dict | None, dict | None]]:
+        """The rows as the reference decoder makes them: ``(before, after)`` dicts."""
+        from .rows import compile_rows_decoder
+        present = self.before if self.kind != "c" else self.after
+        rows, _ = compile_rows_decoder(self.cols, self.kind, present,
+                                       self.after if self.kind == "u" else None)(
+            self.data, self.start, self.end)
+        return rows
+
+
+def column_extent(col: ColumnSpec) -> tuple[int, int]:
+    """(fixed size, 0) of a fixed-size value, (0, prefix bytes) of a length-prefixed one."""
+    field = _layout_field(_Gen(), col)
+    return (0, field.size) if field.body is not None else (field.size, 0)
+
+
+def columnar_capable(cols: tuple[ColumnSpec, ...], present: tuple[int, ...] | None) -> bool:
+    """Whether an image of these columns can be scanned and converted column by column.
+    JSON values are whole documents of any shape: their images take the reference path."""
+    if present is None:
+        return True
+    for i in present:
+        if cols[i].type in _NOT_COLUMNAR:
+            return False
+        try:
+            column_extent(cols[i])
+        except (NotImplementedError, ValueError):
+            return False
+    return True
+
+
+def _image_scan_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], nb: int | None,
+                     ind: int, out: str) -> None:
+    """Code advancing ``pos`` over one image's values (after its null bitmap) and
+    appending its record to list ``out``; ``start`` is where the image began. With
+    ``nb`` the layout of that null bitmap is inlined; None tests ``nb`` per column."""
+    ends: list[str] = []
+    skip = 0
+
+    def flush() -> None:
+        nonlocal skip
+        if skip:
+            g.emit(ind, f"pos += {skip}")
+        skip = 0
+
+    for j, ci in enumerate(present):
+        fixed, prefix = column_extent(cols[ci])
+        if nb is None:
+            g.emit(ind, f"if not nb & {1 << j}:")
+            if prefix:
+                _length_prefix(g, ind + 1, prefix)
+                g.emit(ind + 1, "pos += n")
+            elif fixed:
+                g.emit(ind + 1, f"pos += {fixed}")
+            else:
+                g.emit(ind + 1, "pass")
+            if prefix:
+                g.emit(ind, f"e{j} = pos")
+                ends.append(f"e{j}")
+            continue
+        if prefix:
+            if not nb >> j & 1:
+                flush()
+                _length_prefix(g, ind, prefix)
+                g.emit(ind, "pos += n")
+            else:
+                flush()
+            g.emit(ind, f"e{j} = pos")
+            ends.append(f"e{j}")
+        elif not nb >> j & 1:
+            skip += fixed
+    flush()
+    if ends:
+        g.emit(ind, f"{out}.extend((start, {', '.join(ends)}))")
+    else:
+        g.emit(ind, f"{out}.append(start)")
+
+
+def _shape_scanners(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]) -> tuple[dict, Callable]:
+    """(layouts, make) as ``rows._layouts``: ``layouts[nb](data, pos, start, out) -> pos``."""
+    layouts: dict[int, Callable] = {}
+    general: list[Callable] = []
+
+    def make(nb: int) -> Callable:
+        if len(layouts) >= _LAYOUTS_PER_IMAGE:
+            if not general:
+                g = _Gen()
+                g.emit(0, "def scan(data, pos, start, out, nb):")
+                _image_scan_code(g, cols, present, None, 1, "out")
+                g.emit(1, "return pos")
+                general.append(_compile(g, "scan"))
+            return general[0]
+        g = _Gen()
+        g.emit(0, "def scan(data, pos, start, out, nb):")
+        _image_scan_code(g, cols, present, nb, 1, "out")
+        g.emit(1, "return pos")
+        fn = layouts[nb] = _compile(g, "scan")
+        return fn
+
+    return layouts, make
+
+
+def _compile(g: _Gen, name: str) -> Callable:
+    env = dict(_STATIC_ENV, **g.env)
+    exec(compile("\n".join(g.lines), "<row image scanner>", "exec"), env)
+    return env[name]
+
+
+def _scan_image(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int, out: str) -> None:
+    g.emit(ind, "start = pos")
+    _nullmap_code(g, present, ind, mask=True)
+    g.emit(ind, "if nb == 0:")
+    _image_scan_code(g, cols, present, 0, ind + 1, out)
+    layouts, make = _shape_scanners(cols, present)
+    lay, mk = g.const("L", layouts), g.const("MK", make)
+    g.emit(ind, "else:",
+           f"    f = {lay}.get(nb)",
+           f"    if f is None: f = {mk}(nb)",
+           f"    pos = f(data, pos, start, {out}, nb)")
+
+
+def compile_rows_scanner(
+    cols: tuple[ColumnSpec, ...], kind: str, present: tuple[int, ...],
+    present_after: tuple[int, ...] | None = None,
+) -> Callable[[bytes, int, int], tuple[RawRows, int]]:
+    """``scan(data, pos, end) -> (RawRows, pos)`` for rows events of ``kind`` ('c', 'u',
+    'd') over these columns; the caller checks that ``pos`` is the end of the rows data."""
+    key = (cols, kind, present, present_after)
+    fn = _CACHE.get(key)
+    if fn is not None:
+        _CACHE.move_to_end(key)
+        return fn
+    before = present if kind != "c" else None
+    after = (present_after or present) if kind == "u" else present if kind == "c" else None
+    g = _Gen()
+    raw = g.const("RR", RawRows)
+    g.emit(0, "def scan_rows(data, pos, end):", "    first = pos", "    A = []", "    B = []", "    rows = 0",
+           "    while pos < end:")
+    if kind == "u":
+        _scan_image(g, cols, present, 2, "A")
+        _scan_image(g, cols, present_after or present, 2, "B")
+    else:
+        _scan_image(g, cols, present, 2, "A" if kind == "d" else "B")
+    g.emit(2, "rows += 1")
+    g.emit(1, f"return {raw}(data, COLS, {kind!r}, {before!r}, {after!r}, A, B, rows, first, pos), pos")
+    g.env["COLS"] = cols
+    fn = _compile(g, "scan_rows")
+    _CACHE[key] = fn
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return fn
