@@ -32,7 +32,6 @@ from mysqlcdc.binlog.values.decimal import _DIG2BYTES
 __all__ = ["ImagePlan", "ValueFailed", "image_plan"]
 
 _PLANS: dict[tuple, "ImagePlan"] = {}
-_NULL = pa.scalar(b"null", pa.binary())
 _EMPTY = pa.scalar(b"", pa.binary())
 _QUOTE = pa.scalar(b'"', pa.binary())
 _SIGN = pa.array([b"", b"-"], pa.binary())
@@ -104,6 +103,22 @@ def _int_text(values: np.ndarray) -> pa.Array:
 
 def _join(*parts: Any) -> pa.Array:
     return pc.binary_join_element_wise(*parts, _EMPTY)
+
+
+def _join_json(*parts: Any) -> pa.Array:
+    """``_join`` writing ``null`` for a null part (a NULL value)."""
+    return pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="null")
+
+
+def _with_nulls(frags: pa.Array, null: np.ndarray) -> pa.Array:
+    """``frags`` with the entries of ``null`` made null: a validity bitmap over the
+    same buffers where it can, else Arrow's if_else."""
+    buffers = frags.buffers()
+    if frags.offset or buffers[0] is not None or frags.type != pa.binary():
+        return pc.if_else(pa.array(null), pa.scalar(None, frags.type), frags)
+    valid = pa.py_buffer(np.packbits(~null, bitorder="little"))
+    return pa.Array.from_buffers(pa.binary(), len(frags), [valid, buffers[1], buffers[2]],
+                                 null_count=int(null.sum()))
 
 
 _DIGITS3 = np.array([list(b"%03d" % i) for i in range(1000)], np.uint8)
@@ -259,14 +274,56 @@ def _float_kernel(ctx: _Ctx, off, vstart, vlen, null):
     return _binary(orjson.dumps(out.tolist())[1:-1].split(b",")), ~ok
 
 
+_TEXT_TABLES: dict[str, np.ndarray] = {}
+
+
+def _text_table(name: str) -> np.ndarray:
+    """Fixed-width texts by number, built once (with the kernels' own digit writer):
+    ``ym`` 'YYYY-MM' of DATETIME2's year*13+month, ``hms`` 'HH:MM:SS' of its packed
+    hour<<12|minute<<6|second, ``day`` 'YYYY-MM-DD' of days since 1970 (TIMESTAMP's
+    range), ``sod`` 'HH:MM:SS' of seconds of the day, ``year`` 'YYYY', ``md`` 'MM-DD'
+    of DATE's month<<5|day."""
+    table = _TEXT_TABLES.get(name)
+    if table is not None:
+        return table
+    if name == "ym":
+        v = np.arange(1 << 17, dtype=np.int64)
+        table = _text_matrix(len(v), b"0000-00")
+        _put_digits(table, 4, np.minimum(v // 13, 9999), 4)
+        _put_digits(table, 7, v % 13, 2)
+    elif name in ("hms", "sod"):
+        v = np.arange(1 << 17 if name == "hms" else 86400, dtype=np.int64)
+        h, m, sec = ((v >> 12, (v >> 6) & 63, v & 63) if name == "hms" else (v // 3600, v // 60 % 60, v % 60))
+        table = _text_matrix(len(v), b"00:00:00")
+        _put_digits(table, 2, h, 2)
+        _put_digits(table, 5, m, 2)
+        _put_digits(table, 8, sec, 2)
+    elif name == "day":
+        y, m, d = _civil(np.arange(1 << 16, dtype=np.int64))   # 2**32 seconds < 2**16 days
+        table = _text_matrix(len(y), b"0000-00-00")
+        _put_digits(table, 4, y, 4)
+        _put_digits(table, 7, m, 2)
+        _put_digits(table, 10, d, 2)
+    elif name == "year":
+        table = _text_matrix(10000, b"0000")
+        _put_digits(table, 4, np.arange(10000, dtype=np.int64), 4)
+    else:                                            # md
+        v = np.arange(512, dtype=np.int64)
+        table = _text_matrix(len(v), b"00-00")
+        _put_digits(table, 2, v >> 5, 2)
+        _put_digits(table, 5, v & 31, 2)
+    _TEXT_TABLES[name] = table
+    return table
+
+
 def _date_kernel(ctx: _Ctx, off, vstart, vlen, null):
     v = _uint_le(ctx.buf, off, 3).astype(np.int64)
     year = v >> 9
+    redo = year > 9999
     out = _text_matrix(len(v), b'"0000-00-00"')
-    _put_digits(out, 5, year, 4)
-    _put_digits(out, 8, (v >> 5) & 15, 2)
-    _put_digits(out, 11, v & 31, 2)
-    return _fixed_texts(out), year > 9999
+    out[:, 1:5] = _text_table("year")[np.minimum(year, 9999)]
+    out[:, 6:11] = _text_table("md")[v & 0x1FF]
+    return _fixed_texts(out), redo
 
 
 def _fraction(q: np.ndarray, fsp: int) -> tuple[list, np.ndarray]:
@@ -299,17 +356,13 @@ def _datetime2_kernel(fsp: int) -> Callable:
         x = _uint_be(ctx.buf, off, 5).astype(np.int64) - 0x8000000000
         redo = x < 0
         x = np.where(redo, 0, x)
-        ymd, hms = x >> 17, x & 0x1FFFF
+        ymd = x >> 17
         ym = ymd >> 5
-        year = ym // 13
-        redo |= year > 9999
+        redo |= ym >= 10000 * 13                 # a fifth year digit: the reference writes it
         out = _text_matrix(len(x), template)
-        _put_digits(out, 5, year, 4)
-        _put_digits(out, 8, ym % 13, 2)
-        _put_digits(out, 11, ymd & 31, 2)
-        _put_digits(out, 14, hms >> 12, 2)
-        _put_digits(out, 17, (hms >> 6) & 63, 2)
-        _put_digits(out, 20, hms & 63, 2)
+        out[:, 1:8] = _text_table("ym")[ym]
+        out[:, 9:11] = _DIGITS3[ymd & 31][:, 1:]
+        out[:, 12:20] = _text_table("hms")[x & 0x1FFFF]
         if fsp:
             q = _frac_micro(ctx.buf, off + 5, fsp)
             redo |= q >= 10 ** fsp
@@ -338,15 +391,9 @@ def _timestamp2_kernel(fsp: int) -> Callable:
     def convert(ctx: _Ctx, off, vstart, vlen, null):
         secs = _uint_be(ctx.buf, off, 4).astype(np.int64)
         redo = secs == 0                  # the zero timestamp: the reference writes it
-        days, sod = secs // 86400, secs % 86400
-        y, m, d = _civil(days)
         out = _text_matrix(len(secs), template)
-        _put_digits(out, 5, y, 4)
-        _put_digits(out, 8, m, 2)
-        _put_digits(out, 11, d, 2)
-        _put_digits(out, 14, sod // 3600, 2)
-        _put_digits(out, 17, sod // 60 % 60, 2)
-        _put_digits(out, 20, sod % 60, 2)
+        out[:, 1:11] = _text_table("day")[secs // 86400]
+        out[:, 12:20] = _text_table("sod")[secs % 86400]
         if fsp:
             q = _frac_micro(ctx.buf, off + 4, fsp)
             redo |= q >= 10 ** fsp
@@ -653,10 +700,13 @@ class ImagePlan:
                 redo = redo & ~col_null
                 if redo.any():
                     frags = self._redo(ctx, column, off, redo, frags, m, bare)
-            if any_null:
+            if frags is None:                    # every value NULL
+                frags, bare = pa.nulls(m, pa.binary()), False
+            elif any_null:
+                # NULL as a null entry: the image join writes ``null`` for it
                 if bare:
                     frags, bare = _quoted(frags), False
-                frags = pc.if_else(pa.array(col_null), _NULL, frags)
+                frags = _with_nulls(frags, col_null)
             out.append((frags, bare))
         return out
 
@@ -693,7 +743,7 @@ class ImagePlan:
             parts += [text, f]
             text = b'"' if bare else b""
         parts.append(text + b"}")
-        return _join(*parts)
+        return _join_json(*parts)
 
     def key_texts(self, frags: list[tuple[pa.Array, bool]], key_columns: tuple[str, ...]) -> pa.Array | None:
         """``{"k":fragment,...}`` of the key columns; None when one is not in the image."""
@@ -705,7 +755,7 @@ class ImagePlan:
             f, bare = frags[j]
             parts += [(b"{" if n == 0 else b",") + orjson.dumps(k) + b":", _quoted(f) if bare else f]
         parts.append(b"}")
-        return _join(*parts)
+        return _join_json(*parts)
 
 
 def make_context(data: bytes) -> _Ctx:
