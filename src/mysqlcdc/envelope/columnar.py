@@ -121,6 +121,7 @@ def _with_nulls(frags: pa.Array, null: np.ndarray) -> pa.Array:
                                  null_count=int(null.sum()))
 
 
+_POW10 = np.array([10 ** k for k in range(19)], np.int64)
 _DIGITS3 = np.array([list(b"%03d" % i) for i in range(1000)], np.uint8)
 
 
@@ -460,15 +461,18 @@ def _decimal_kernel(precision: int, scale: int) -> Callable | None:
         # every other bit inverted (the row-wide XOR flips the sign bit; undo it)
         g = g ^ np.where(positive, 0, 0xFF).astype(np.uint8)[:, None]
         g[:, 0] ^= 0x80
-        g = g.astype(np.uint64)
         at = 0
 
         def be(n: int) -> np.ndarray:
+            """The next ``n`` bytes as a big-endian unsigned int (uint64)."""
             nonlocal at
+            part = g[:, at:at + n]
+            at += n
+            if n == 4:
+                return np.ascontiguousarray(part).view(">u4").ravel().astype(np.uint64)
             out = np.zeros(len(off), np.uint64)
             for k in range(n):
-                out = (out << np.uint64(8)) | g[:, at + k]
-            at += n
+                out = (out << np.uint64(8)) | part[:, k].astype(np.uint64)
             return out
 
         whole = be(lead_n) if lead_n else np.zeros(len(off), np.uint64)
@@ -487,9 +491,7 @@ def _decimal_kernel(precision: int, scale: int) -> Callable | None:
         # '"' sign digits(1-20) ['.' fraction] '"', right-aligned in 20 digits
         out = _text_matrix(len(off), b'"-' + b"0" * 20 + (b"." + b"0" * scale if scale else b"") + b'"')
         whole = whole.astype(np.int64)     # below 2**63: at most 18 digits' groups + a short lead
-        nd = np.ones(len(off), np.int64)
-        for k in range(1, 20):
-            nd += whole >= 10 ** k
+        nd = np.maximum(np.searchsorted(_POW10, whole, side="right"), 1)   # digits, at least one
         _put_digits(out, 22, whole, int(nd.max()))
         if scale:
             _put_digits(out, 23 + scale, frac, scale)
