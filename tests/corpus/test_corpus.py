@@ -332,3 +332,36 @@ def test_mysql80_rows_are_named_by_the_create_table_in_the_file():
     assert t1[0] == {"a": 1, "b": 0, "c": ""}
     assert {"a": 1000, "b": 0, "c": "--0--" + "/" * 100 + "--"} in t1   # inside the zstd payload
     assert t1[-1] == {"a": 5, "b": 0, "c": "after compressed"}
+
+
+def _capture_trace(rel: str, skim: bool) -> tuple[list, list, str | None]:
+    """What capture makes of a corpus file, as ``iter_file_batches`` reads it: the
+    envelope rows, the decoder's boundary and transaction state after every event,
+    and the error it stops with; ``skim=False`` parses every event."""
+    from mysqlcdc.capture.changes import ChangeDecoder
+    from mysqlcdc.capture.offline import FileSchema
+
+    parser = BinlogParser()
+    follower = parser.tables = FileSchema(parser)
+    decoder = ChangeDecoder(parser, follower, ddl=follower)
+    if not skim:       # the parser vouches for no event: every one is parsed
+        parser.skim, parser.skim_mariadb_gtid, parser.skim_table_map = (
+            lambda data: -1, lambda data: None, lambda data: None)
+    name, states, error = "corpus.000001", [], None   # a name with a number, as seq needs
+    try:
+        for pos, raw in iter_binlog_bytes(read_binlog(rel), name):
+            decoder.feed_raw(name, pos, raw)
+            t = decoder.tracker
+            states.append((decoder.boundary, decoder.query, t.in_txn, t._group_open, t.ctx.gtid,
+                           t.ctx.txn_id, t.ctx.ts_ms, t.ctx.server_id, dict(decoder.keys)))
+    except Exception as e:                     # compared between the two runs below
+        error = f"{type(e).__name__} {getattr(e, 'pos', None)} {e}"
+    return decoder.take().to_pylist(), states, error
+
+
+@pytest.mark.parametrize("rel", FILES or ["<corpus missing>"])
+def test_skimmed_events_capture_as_parsed_ones(rel):
+    """GTID, TABLE_MAP, ANNOTATE_ROWS and XID events taken from their bytes on the
+    hot path (``ChangeDecoder.feed_raw``) leave every row, boundary and transaction
+    state, and every error, exactly as parsing them does."""
+    assert _capture_trace(rel, True) == _capture_trace(rel, False)

@@ -55,6 +55,10 @@ _CRC_RESIDUE = 0x2144DF1C   # crc32(m + crc32(m) as 4 little-endian bytes), for 
 _U64_FROM = struct.Struct("<Q").unpack_from
 _U32_FROM = struct.Struct("<I").unpack_from
 _MARIA_GTID = struct.Struct("<QIB").unpack_from
+_MARIA_GTID_EVENT = struct.Struct("<IBIIIHQIB").unpack_from   # header + seq_no, domain, flags2
+_GTID_SKIM_LEN = _HEADER_LEN + 13
+_MARIA_GTID_CODE, _XID_CODE, _ANNOTATE_CODE = C.MARIA_GTID_EVENT, C.XID_EVENT, C.MARIA_ANNOTATE_ROWS_EVENT
+_XA_FLAGS = C.MARIADB_FL_PREPARED_XA | C.MARIADB_FL_COMPLETED_XA
 # the hot events, built without a type call (see events.factory)
 _XidEvent = E.factory(E.XidEvent)
 _MariadbGtidEvent = E.factory(E.MariadbGtidEvent)
@@ -146,14 +150,56 @@ class BinlogParser:
         if self.fde is None or n < _HEADER_LEN or _U32_FROM(data, 9)[0] != n:
             return -1
         code = data[4]
-        if code == C.XID_EVENT:
+        if code == _XID_CODE:
             if n - self.header_length - (4 if self.checksum else 0) < 8:
                 return -1
-        elif code != C.MARIA_ANNOTATE_ROWS_EVENT:
+        elif code != _ANNOTATE_CODE:
             return -1
         if self.checksum and self.verify_checksum and _crc32(data) != _CRC_RESIDUE:
             return -1
         return code
+
+    def skim_mariadb_gtid(self, data: bytes) -> tuple | None:
+        """A MariaDB GTID event whose framing, size and CRC32 check out, as the
+        fields a transaction starts from, without building any object:
+        ``(timestamp, type code, server id, size, log pos, flags, seq_no, domain id,
+        flags2)``. None for anything else, an XA group (FL_PREPARED_XA or
+        FL_COMPLETED_XA: rare, and they carry more), or when a check fails: ``parse``
+        it then, which decodes it or raises the named error."""
+        n = len(data)
+        if self.fde is None or n < _GTID_SKIM_LEN or self.header_length != _HEADER_LEN:
+            return None
+        fields = _MARIA_GTID_EVENT(data)
+        if fields[1] != _MARIA_GTID_CODE or fields[3] != n or fields[8] & _XA_FLAGS:
+            return None
+        if self.checksum:
+            if n < _GTID_SKIM_LEN + 4 or (self.verify_checksum and _crc32(data) != _CRC_RESIDUE):
+                return None
+        return fields
+
+    def skim_table_map(self, data: bytes) -> TableState | None:
+        """A TABLE_MAP identical to one decoded before, whose framing, size and CRC32
+        check out and whose table's definition (``tables``) and inclusion
+        (``include``) are still what they were: its state is put in force for its
+        table id, as ``parse`` does, and returned; no event is built (the state's
+        ``event`` has every field but the header). None otherwise, also when
+        ``tables`` or ``include`` raise: ``parse`` it then, which decodes it or raises
+        the named error."""
+        n = len(data)
+        if self.fde is None or n < _HEADER_LEN or _U32_FROM(data, 9)[0] != n:
+            return None
+        hit = self._tm_cache.get(data[self.header_length:n - 4 if self.checksum else n])
+        if hit is None or (self.checksum and self.verify_checksum and _crc32(data) != _CRC_RESIDUE):
+            return None
+        ev, state, tdef = hit
+        try:
+            if (tdef is None or self.tables(ev.schema, ev.table) is tdef) and (
+                    self.include is None or self.include(ev.schema, ev.table) == state.included):
+                self.table_maps[ev.table_id] = state
+                return state
+        except Exception:   # noqa: BLE001 - parse asks again and raises it as it would
+            pass
+        return None
 
     def _parse(self, data: bytes, pos: int | None, checksummed: bool) -> list[E.Event]:
         n = len(data)
@@ -257,7 +303,7 @@ class BinlogParser:
         fde = E.FormatDescriptionEvent(header, version, server_version.decode("ascii", "replace"),
                                        header_len, post, alg)
         self.fde, self.header_length, self.post_header = fde, header_len, post
-        for cache in self.rows_cache.values():
+        for cache in (*self.rows_cache.values(), self._tm_cache):
             cache.clear()
         self.checksum, self.mariadb = alg == C.BINLOG_CHECKSUM_ALG_CRC32, mariadb
         return fde
@@ -273,7 +319,7 @@ class BinlogParser:
         fde = E.FormatDescriptionEvent(header, version, server_version, C.LOG_EVENT_HEADER_LEN,
                                        _V3_POST_HEADER, C.BINLOG_CHECKSUM_ALG_OFF)
         self.fde, self.header_length, self.post_header = fde, C.LOG_EVENT_HEADER_LEN, _V3_POST_HEADER
-        for cache in self.rows_cache.values():
+        for cache in (*self.rows_cache.values(), self._tm_cache):
             cache.clear()
         self.checksum = self.mariadb = False
         return fde

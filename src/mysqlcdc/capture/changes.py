@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from mysqlcdc.binlog.events import (MariadbAnnotateRowsEvent, QueryEvent, RowsEvent,
                                     RowsQueryEvent, TableMapEvent)
-from mysqlcdc.binlog.constants import MARIA_ANNOTATE_ROWS_EVENT, XID_EVENT
+from mysqlcdc.binlog.constants import (MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
+                                       TABLE_MAP_EVENT, XID_EVENT)
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.envelope.builder import EnvelopeBuilder
 from mysqlcdc.envelope.model import OP_SCHEMA, OP_TRUNCATE
@@ -28,7 +29,9 @@ from mysqlcdc.types import BinlogPosition, binlog_file_number
 __all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "iter_change_batches"]
 
 TableLookup = Callable[[str, str], TableDef | None]
-_XID, _ANNOTATE = XID_EVENT, MARIA_ANNOTATE_ROWS_EVENT
+_XID, _ANNOTATE, _MARIA_GTID, _TABLE_MAP = (XID_EVENT, MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
+                                            TABLE_MAP_EVENT)
+_SKIMMED = frozenset((_XID, _ANNOTATE, _MARIA_GTID, _TABLE_MAP))   # see ChangeDecoder.feed_raw
 
 
 class RawEventLike(Protocol):
@@ -129,11 +132,24 @@ class ChangeDecoder:
             self._file, self._file_number = file, binlog_file_number(file)
         self.events += 1
         code = data[4]
-        if code == _XID or (code == _ANNOTATE and not self.include_query):
-            # only their passing matters: framing and CRC checked, no objects built
-            if self.parser.skim(data) == code:
-                tracker = self.tracker
-                if tracker.observe_xid() if code == _XID else tracker.observe_annotate():
+        if code in _SKIMMED:
+            # the events of every transaction but its rows, from their bytes: the parser
+            # checks framing, size and CRC32 and builds no event. When it cannot vouch
+            # for one, it is parsed below, which decodes it or raises the named error.
+            if code == _XID:
+                if self.parser.skim(data) == _XID:
+                    self.tracker.observe_xid()          # always a boundary
+                    self.query = None
+                    self.boundary = (file, pos + len(data))
+                    return False
+            elif code == _MARIA_GTID:
+                if self.tracker.observe_mariadb_gtid(self.parser.skim_mariadb_gtid(data)):
+                    return False
+            elif code == _TABLE_MAP:
+                if self._skim_table_map(file, pos, data):
+                    return False
+            elif not self.include_query and self.parser.skim(data) == _ANNOTATE:
+                if self.tracker.observe_annotate():
                     self.query = None
                     self.boundary = (file, pos + len(data))
                 return False
@@ -160,6 +176,20 @@ class ChangeDecoder:
             self.query = None
             self.boundary = TxnTracker.next_position(events[-1], file, pos + len(data))
         return rows
+
+    def _skim_table_map(self, file: str, pos: int, data: bytes) -> bool:
+        """A TABLE_MAP the parser decoded before and still vouches for (see
+        ``BinlogParser.skim_table_map``), accounted for as ``feed_raw`` does after
+        parsing it; False when it must be parsed."""
+        if self.history is not None:
+            self.history.at = (self._file_number, pos, 0)
+        state = self.parser.skim_table_map(data)
+        if state is None:
+            return False
+        self._table_map(state.event)   # the fields parse would build, but the header
+        if not self.tracker.in_txn:     # (inside one, observing it does nothing)
+            self.tracker.observe_table_map_bytes(data, file, pos)
+        return True
 
     def _query(self, ev: QueryEvent, file: str, pos: int) -> None:
         if self.history is not None:

@@ -9,6 +9,8 @@ shares (GTID, transaction id, commit time).
 
 from __future__ import annotations
 
+import struct
+
 from mysqlcdc.binlog.events import (
     Event,
     GtidEvent,
@@ -21,9 +23,16 @@ from mysqlcdc.binlog.events import (
     XaPrepareEvent,
     XidEvent,
 )
+from mysqlcdc.binlog.constants import MARIADB_FL_STANDALONE
 from mysqlcdc.envelope.builder import TxnContext
 
 __all__ = ["TxnTracker"]
+
+_new = object.__new__
+_TS_CODE_SID = struct.Struct("<IBI").unpack_from   # the head of an event header
+# between transactions: what a statement outside any (a DDL without a GTID) shares;
+# never changed, every transaction gets a context of its own (``_start``)
+_NO_TXN = TxnContext()
 
 _BEGIN = ("BEGIN", "XA START", "XA BEGIN")
 _END = ("COMMIT", "ROLLBACK")
@@ -39,7 +48,7 @@ class TxnTracker:
     def __init__(self) -> None:
         self.in_txn = False
         self._group_open = False   # a GTID was seen, the group has not ended
-        self.ctx = TxnContext()
+        self.ctx = _NO_TXN
 
     def observe(self, ev: Event, file: str, pos: int) -> bool:
         """Account for ``ev`` (starting at ``file:pos``); True if a boundary follows it."""
@@ -69,13 +78,31 @@ class TxnTracker:
             return self._end()
         return not self.in_txn and not self._group_open
 
-    def observe_xid(self) -> bool:
-        """``observe`` of an XID event, for a reader that did not build it."""
-        return self._end()
-
     def observe_annotate(self) -> bool:
         """``observe`` of an ANNOTATE_ROWS event, for a reader that did not build it."""
         return not self.in_txn and not self._group_open
+
+    def observe_mariadb_gtid(self, fields: tuple | None) -> bool:
+        """``observe`` of a MariaDB GTID event, for a reader that did not build it: the
+        fields ``BinlogParser.skim_mariadb_gtid`` read (False, nothing done, for None)."""
+        if fields is None:
+            return False
+        timestamp, _, server_id, _, _, _, seq_no, domain_id, flags2 = fields
+        ctx = self.ctx = _new(TxnContext)
+        ctx.gtid = ctx.txn_id = f"{domain_id}-{server_id}-{seq_no}"   # MariadbGtidEvent.gtid
+        ctx.ts_ms = timestamp * 1000
+        ctx.server_id = server_id
+        self._group_open = True
+        self.in_txn = not flags2 & MARIADB_FL_STANDALONE
+        return True
+
+    def observe_table_map_bytes(self, data: bytes, file: str, pos: int) -> None:
+        """``observe`` of a TABLE_MAP event, for a reader that did not build it: its
+        raw bytes, of which only the header's timestamp and server id may be read."""
+        if not self.in_txn and not self._group_open:
+            timestamp, _, server_id = _TS_CODE_SID(data)
+            self._begin(file, pos, None, timestamp * 1000, server_id)
+            self.in_txn = True
 
     def _query(self, ev: QueryEvent, file: str, pos: int) -> bool:
         word = _keyword(ev.query)
@@ -89,17 +116,25 @@ class TxnTracker:
         return False                  # a statement inside a transaction
 
     def _start(self, ev: Event, file: str, pos: int, gtid: str | None, ts_ms: int | None) -> None:
-        ctx = self.ctx
+        header = ev.header
+        self._begin(file, pos, gtid, header.timestamp * 1000 if ts_ms is None else ts_ms,
+                    header.server_id)
+
+    def _begin(self, file: str, pos: int, gtid: str | None, ts_ms: int, server_id: int) -> None:
+        ctx = self.ctx = _new(TxnContext)   # every slot set below: no __init__ needed
         ctx.gtid = gtid
         ctx.txn_id = gtid or f"{file}:{pos}"
-        ctx.ts_ms = ts_ms if ts_ms is not None else ev.header.timestamp * 1000
-        ctx.server_id = ev.header.server_id
+        ctx.ts_ms = ts_ms
+        ctx.server_id = server_id
 
     def _end(self) -> bool:
         self.in_txn = False
         self._group_open = False
-        self.ctx = TxnContext()
+        self.ctx = _NO_TXN
         return True
+
+    # ``observe`` of an XID event, for a reader that did not build it
+    observe_xid = _end
 
     @staticmethod
     def next_position(ev: Event, file: str, end_pos: int) -> tuple[str, int]:

@@ -156,3 +156,112 @@ def test_skim_checks_xid_and_annotate_without_decoding():
     unchecked = BinlogParser(verify_checksum=False)
     unchecked.parse(fde())
     assert unchecked.skim(bytes(bad)) == 16
+
+
+def _mariadb_gtid(seq: int, domain: int = 0, flags2: int = 0, extra: bytes = b"") -> bytes:
+    return event(162, struct.pack("<QIB", seq, domain, flags2) + extra)
+
+
+def test_skim_mariadb_gtid_reads_what_parse_would():
+    """``skim_mariadb_gtid`` gives the fields of an intact MariaDB GTID; anything it
+    cannot vouch for is None, and ``parse`` then decodes it or raises the named error."""
+    p = _ready()
+    raw = _mariadb_gtid(42, 3, 4 | 8)                   # TRANSACTIONAL | ALLOW_PARALLEL
+    ts, code, sid, size, _, _, seq, domain, flags2 = p.skim_mariadb_gtid(raw)
+    ev = p.parse(raw)[0]
+    assert (ts, code, sid, size) == (ev.header.timestamp, 162, ev.header.server_id, len(raw))
+    assert (seq, domain, flags2) == (ev.seq_no, ev.domain_id, ev.flags2) == (42, 3, 12)
+    assert p.skim_mariadb_gtid(_mariadb_gtid(7, 0, 2, extra=b"\x01" * 8))[6] == 7   # + commit id
+    assert BinlogParser().skim_mariadb_gtid(raw) is None        # no FORMAT_DESCRIPTION yet
+    assert p.skim_mariadb_gtid(event(16, struct.pack("<Q", 5) + b"\x00" * 5)) is None
+    bad = bytearray(raw)
+    bad[-6] ^= 0xFF
+    assert p.skim_mariadb_gtid(bytes(bad)) is None
+    with pytest.raises(ChecksumMismatchError):
+        p.parse(bytes(bad), 99)
+    short = event(162, b"\x01" * 12)                    # seq_no, domain id and flags2 are 13
+    assert p.skim_mariadb_gtid(short) is None
+    with pytest.raises(MalformedEventError):
+        p.parse(short, 99)
+    resized = bytearray(raw)
+    resized[9:13] = struct.pack("<I", len(raw) + 1)     # header size disagrees with the bytes
+    assert p.skim_mariadb_gtid(bytes(resized)) is None
+    with pytest.raises(TruncatedEventError):
+        p.parse(bytes(resized), 99)
+    for xa in (64, 128):                                # XA groups are left to parse
+        xa_raw = _mariadb_gtid(9, 0, xa, extra=struct.pack("<IBB", 1, 1, 1) + b"gb")
+        assert p.skim_mariadb_gtid(xa_raw) is None and p.parse(xa_raw)[0].flags2 == xa
+    unchecked = BinlogParser(verify_checksum=False)
+    unchecked.parse(fde())
+    assert unchecked.skim_mariadb_gtid(bytes(bad))[6] == 42
+
+
+def _named_table_map(table_id: int, name: str) -> bytes:
+    """A TABLE_MAP of NARROW without optional metadata: its names come from ``tables``."""
+    types = bytes(c[1] for c in NARROW)
+    meta = b"".join(c[2] for c in NARROW)
+    body = table_id.to_bytes(6, "little") + b"\x01\x00" + b"\x05bench\x00"
+    body += bytes([len(name)]) + name.encode() + b"\x00" + bytes([len(NARROW)]) + types
+    return event(19, body + bytes([len(meta)]) + meta + b"\x0f")
+
+
+def test_skim_table_map_only_while_the_decoded_state_holds():
+    """``skim_table_map`` reuses a TABLE_MAP decoded before, and puts its state in
+    force, only while its bytes are intact and the table's definition and inclusion
+    are what they were; otherwise None, and ``parse`` decodes it afresh."""
+    from mysqlcdc.schema.model import ColumnDef, TableDef
+
+    def narrow(prefix: str) -> TableDef:
+        return TableDef("bench", "n", tuple(ColumnDef(prefix + c[0], "int" if c[1] == 3 else "varchar")
+                                            for c in NARROW))
+    defs, included = {"n": narrow("")}, {"n": True}
+    p = BinlogParser(tables=lambda db, t: defs.get(t), include=lambda db, t: included[t])
+    p.parse(fde())
+    raw = _named_table_map(7, "n")
+    assert p.skim_table_map(raw) is None                # never decoded
+    ev = p.parse(raw)[0]
+    first = p.table_maps[7]
+    assert first.event == ev and [c.name for c in first.columns] == ["a", "b", "c", "d"]
+    p.table_maps.clear()
+    assert p.skim_table_map(raw) is first and p.table_maps[7] is first
+    other = _named_table_map(8, "n")                    # another table id: other bytes
+    assert p.skim_table_map(other) is None
+    bad = bytearray(raw)
+    bad[-6] ^= 0xFF
+    assert p.skim_table_map(bytes(bad)) is None
+    with pytest.raises(ChecksumMismatchError):
+        p.parse(bytes(bad), 99)
+    defs["n"] = narrow("x")                             # the definition in force changed
+    assert p.skim_table_map(raw) is None
+    p.parse(raw)
+    assert [c.name for c in p.table_maps[7].columns] == ["xa", "xb", "xc", "xd"]
+    assert p.skim_table_map(raw) is p.table_maps[7]
+    included["n"] = False                               # held back or filtered from here on
+    assert p.skim_table_map(raw) is None
+    p.parse(raw)
+    assert not p.table_maps[7].included and p.skim_table_map(raw) is p.table_maps[7]
+    p.parse(fde())                                      # a new FORMAT_DESCRIPTION forgets them
+    assert p.skim_table_map(raw) is None
+
+
+def test_skim_table_map_leaves_a_failing_lookup_to_parse():
+    """A ``tables`` callable that raises on a TABLE_MAP seen before: the skim vouches
+    for nothing, and ``parse`` raises the named error it always did."""
+    from mysqlcdc.schema.model import ColumnDef, TableDef
+
+    narrow = TableDef("bench", "n", tuple(ColumnDef(c[0], "int") for c in NARROW))
+    failing = []
+
+    def tables(db, t):
+        if failing:
+            raise KeyError(t)
+        return narrow
+    p = BinlogParser(tables=tables)
+    p.parse(fde())
+    raw = _named_table_map(7, "n")
+    p.parse(raw)
+    assert p.skim_table_map(raw) is p.table_maps[7]
+    failing.append(True)
+    assert p.skim_table_map(raw) is None
+    with pytest.raises(MalformedEventError):
+        p.parse(raw, 99)
