@@ -607,54 +607,69 @@ def _layout_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...]
     _dict_code(g, ind, out, items)
 
 
-def _compile(g: _Gen, name: str, label: str) -> Callable:
+def compile_generated(g: _Gen, name: str, label: str) -> Callable:
     env = dict(_STATIC_ENV, **g.env)
     exec(compile("\n".join(g.lines), label, "exec"), env)
     return env[name]
 
 
-def _layouts(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]) -> tuple[dict, Callable]:
-    """(layouts, make) of one image shape: ``layouts[nb]`` decodes an image with null
-    bitmap ``nb`` (``f(data, pos, nb) -> (image, pos)``); ``make(nb)`` compiles and
-    stores one, or returns the per-column decoder once an image has had many."""
-    layouts: dict[int, Callable] = {}
+def per_bitmap(params: str, write: Callable[[_Gen, int | None], None], result: str, limit: int,
+               label: str) -> tuple[dict, Callable]:
+    """(functions, make) of one image shape: ``functions[nb]`` is ``def f(params)``,
+    its body written by ``write(g, nb)`` for null bitmap ``nb``, returning ``result``;
+    ``make(nb)`` compiles and stores one, or, once ``limit`` bitmaps have one, returns
+    a single function written by ``write(g, None)`` (testing ``nb`` per column)."""
+    functions: dict[int, Callable] = {}
     general: list[Callable] = []
 
-    def make(nb: int) -> Callable:
-        if len(layouts) >= _LAYOUTS_PER_IMAGE:
-            if not general:
-                g = _Gen()
-                g.emit(0, "def image(data, pos, nb):")
-                _branching_code(g, cols, present, 1, "a")
-                g.emit(1, "return a, pos")
-                general.append(_compile(g, "image", "<row image, any null bitmap>"))
-            return general[0]
+    def compiled(nb: int | None) -> Callable:
         g = _Gen()
-        g.emit(0, "def image(data, pos, nb):")
-        _layout_code(g, cols, present, nb, 1, "a")
-        g.emit(1, "return a, pos")
-        fn = layouts[nb] = _compile(g, "image", f"<row image, null bitmap {nb:#x}>")
+        g.emit(0, f"def f({params}):")
+        write(g, nb)
+        g.emit(1, f"return {result}")
+        return compile_generated(g, "f", f"<{label}, null bitmap {'any' if nb is None else hex(nb)}>")
+
+    def make(nb: int) -> Callable:
+        if len(functions) >= limit:
+            if not general:
+                general.append(compiled(None))
+            return general[0]
+        fn = functions[nb] = compiled(nb)
         return fn
 
-    return layouts, make
+    return functions, make
+
+
+def bitmap_dispatch(g: _Gen, ind: int, functions: dict, make: Callable, call: str) -> None:
+    """The ``else`` branch after an inlined ``if nb == 0:``: the function of bitmap
+    ``nb`` (compiled on first sight) called as ``call`` (``f(...)``)."""
+    fs, mk = g.const("L", functions), g.const("MK", make)
+    g.emit(ind, "else:",
+           f"    f = {fs}.get(nb)",
+           f"    if f is None: f = {mk}(nb)",
+           f"    {call}")
 
 
 def _fast_image_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int,
                      out: str) -> None:
-    """One image: the layout without NULLs inline, the others through ``_layouts``.
-    The bitmap's unused high bits (servers set them) are masked off first."""
+    """One image: the layout without NULLs inline, the others through ``per_bitmap``
+    (the per-column decoder once an image has had many bitmaps). The bitmap's unused
+    high bits (servers set them) are masked off first."""
     if not present:
         g.emit(ind, f"{out} = {{}}")
         return
     _nullmap_code(g, present, ind, mask=True)
     g.emit(ind, "if nb == 0:")
     _layout_code(g, cols, present, 0, ind + 1, out)
-    layouts, make = _layouts(cols, present)
-    lay, mk = g.const("L", layouts), g.const("MK", make)
-    g.emit(ind, "else:",
-           f"    f = {lay}.get(nb)",
-           f"    if f is None: f = {mk}(nb)",
-           f"    {out}, pos = f(data, pos, nb)")
+
+    def write(g2: _Gen, nb: int | None) -> None:
+        if nb is None:
+            _branching_code(g2, cols, present, 1, "a")
+        else:
+            _layout_code(g2, cols, present, nb, 1, "a")
+
+    functions, make = per_bitmap("data, pos, nb", write, "a, pos", _LAYOUTS_PER_IMAGE, "row image")
+    bitmap_dispatch(g, ind, functions, make, f"{out}, pos = f(data, pos, nb)")
 
 
 def _rows_function(image_code: Callable, cols: tuple[ColumnSpec, ...], kind: str,
@@ -671,7 +686,7 @@ def _rows_function(image_code: Callable, cols: tuple[ColumnSpec, ...], kind: str
     else:
         g.emit(2, "append((None, a))" if kind == "c" else "append((a, None))")
     g.emit(1, "return rows, pos")
-    return _compile(g, "decode_rows", label)
+    return compile_generated(g, "decode_rows", label)
 
 
 def compile_rows_decoder(
@@ -711,5 +726,5 @@ def compile_image_decoder(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]
         g.emit(0, "def decode_image(data, pos, end):")
         _image_code(g, cols, present, 1, "a")
         g.emit(1, "return [a], pos")
-        fn = _CACHE[key] = _compile(g, "decode_image", "<row image decoder>")
+        fn = _CACHE[key] = compile_generated(g, "decode_image", "<row image decoder>")
     return fn

@@ -24,7 +24,8 @@ from typing import Callable
 
 from . import constants as C
 from .columns import ColumnSpec
-from .rows import _STATIC_ENV, _Gen, _layout_field, _length_prefix, _nullmap_code
+from .rows import (_Gen, _layout_field, _length_prefix, _nullmap_code, bitmap_dispatch,
+                   compile_generated, compile_rows_decoder, per_bitmap)
 from .values.json_diff import JSON_DIFF_TYPE
 
 __all__ = ["RawRows", "column_extent", "columnar_capable", "compile_rows_scanner"]
@@ -32,7 +33,8 @@ __all__ = ["RawRows", "column_extent", "columnar_capable", "compile_rows_scanner
 # values whose Python objects can be anything JSON holds: the envelope writes their
 # image with the reference decoder (see ``columnar_capable``)
 _NOT_COLUMNAR = frozenset({C.MYSQL_TYPE_JSON, JSON_DIFF_TYPE})
-_CACHE: OrderedDict[tuple, Callable] = OrderedDict()
+_CACHE: OrderedDict[tuple, Callable | None] = OrderedDict()
+_MISSING = object()
 _CACHE_SIZE = 4096
 _LAYOUTS_PER_IMAGE = 256
 
@@ -61,7 +63,6 @@ class RawRows:
 
     def decode(self) -> list[tuple[dict | None, dict | None]]:
         """The rows as the reference decoder makes them: ``(before, after)`` dicts."""
-        from .rows import compile_rows_decoder
         present = self.before if self.kind != "c" else self.after
         rows, _ = compile_rows_decoder(self.cols, self.kind, present,
                                        self.after if self.kind == "u" else None)(
@@ -137,60 +138,45 @@ def _image_scan_code(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, 
         g.emit(ind, f"{out}.append(start)")
 
 
-def _shape_scanners(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]) -> tuple[dict, Callable]:
-    """(layouts, make) as ``rows._layouts``: ``layouts[nb](data, pos, start, out) -> pos``."""
-    layouts: dict[int, Callable] = {}
-    general: list[Callable] = []
-
-    def make(nb: int) -> Callable:
-        if len(layouts) >= _LAYOUTS_PER_IMAGE:
-            if not general:
-                g = _Gen()
-                g.emit(0, "def scan(data, pos, start, out, nb):")
-                _image_scan_code(g, cols, present, None, 1, "out")
-                g.emit(1, "return pos")
-                general.append(_compile(g, "scan"))
-            return general[0]
-        g = _Gen()
-        g.emit(0, "def scan(data, pos, start, out, nb):")
-        _image_scan_code(g, cols, present, nb, 1, "out")
-        g.emit(1, "return pos")
-        fn = layouts[nb] = _compile(g, "scan")
-        return fn
-
-    return layouts, make
-
-
-def _compile(g: _Gen, name: str) -> Callable:
-    env = dict(_STATIC_ENV, **g.env)
-    exec(compile("\n".join(g.lines), "<row image scanner>", "exec"), env)
-    return env[name]
-
-
 def _scan_image(g: _Gen, cols: tuple[ColumnSpec, ...], present: tuple[int, ...], ind: int, out: str) -> None:
+    """One image: the layout without NULLs inline, the others through ``rows.per_bitmap``."""
     g.emit(ind, "start = pos")
+    if not present:                          # an image of no columns: no bitmap, no bytes
+        g.emit(ind, f"{out}.append(start)")
+        return
     _nullmap_code(g, present, ind, mask=True)
     g.emit(ind, "if nb == 0:")
     _image_scan_code(g, cols, present, 0, ind + 1, out)
-    layouts, make = _shape_scanners(cols, present)
-    lay, mk = g.const("L", layouts), g.const("MK", make)
-    g.emit(ind, "else:",
-           f"    f = {lay}.get(nb)",
-           f"    if f is None: f = {mk}(nb)",
-           f"    pos = f(data, pos, start, {out}, nb)")
+    functions, make = per_bitmap(
+        "data, pos, start, out, nb", lambda g2, nb: _image_scan_code(g2, cols, present, nb, 1, "out"),
+        "pos", _LAYOUTS_PER_IMAGE, "row image scanner")
+    bitmap_dispatch(g, ind, functions, make, f"pos = f(data, pos, start, {out}, nb)")
 
 
 def compile_rows_scanner(
     cols: tuple[ColumnSpec, ...], kind: str, present: tuple[int, ...],
     present_after: tuple[int, ...] | None = None,
-) -> Callable[[bytes, int, int], tuple[RawRows, int]]:
+) -> Callable[[bytes, int, int], tuple[RawRows, int]] | None:
     """``scan(data, pos, end) -> (RawRows, pos)`` for rows events of ``kind`` ('c', 'u',
-    'd') over these columns; the caller checks that ``pos`` is the end of the rows data."""
+    'd') over these columns, None when their images are not converted column by column
+    (``columnar_capable``); the caller checks that ``pos`` is the end of the rows data."""
     key = (cols, kind, present, present_after)
-    fn = _CACHE.get(key)
-    if fn is not None:
+    fn = _CACHE.get(key, _MISSING)
+    if fn is not _MISSING:
         _CACHE.move_to_end(key)
         return fn
+    if not (columnar_capable(cols, present) and columnar_capable(cols, present_after)):
+        fn = None
+    else:
+        fn = _scanner(cols, kind, present, present_after)
+    _CACHE[key] = fn
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return fn
+
+
+def _scanner(cols: tuple[ColumnSpec, ...], kind: str, present: tuple[int, ...],
+             present_after: tuple[int, ...] | None) -> Callable:
     before = present if kind != "c" else None
     after = (present_after or present) if kind == "u" else present if kind == "c" else None
     g = _Gen()
@@ -205,8 +191,4 @@ def compile_rows_scanner(
     g.emit(2, "rows += 1")
     g.emit(1, f"return {raw}(data, COLS, {kind!r}, {before!r}, {after!r}, A, B, rows, first, pos), pos")
     g.env["COLS"] = cols
-    fn = _compile(g, "scan_rows")
-    _CACHE[key] = fn
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return fn
+    return compile_generated(g, "scan_rows", "<rows scanner>")

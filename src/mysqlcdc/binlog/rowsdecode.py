@@ -11,7 +11,7 @@ from .columns import ColumnSpec
 from .compression import mariadb_uncompress
 from .reader import Reader, ShortRead
 from .rows import compile_image_decoder, compile_rows_decoder
-from .rowscan import columnar_capable, compile_rows_scanner
+from .rowscan import compile_rows_scanner
 from .values.json_diff import JSON_DIFF_TYPE, JsonDiffList, apply_json_diffs
 
 if TYPE_CHECKING:
@@ -147,11 +147,9 @@ def _decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, 
     if code == C.PARTIAL_UPDATE_ROWS_EVENT:
         rows = _partial_rows(cols, present, present_after or (), body, pos, stop)
     else:
-        if parser.defer_rows and columnar_capable(cols, present) and columnar_capable(cols, present_after):
-            # the reader converts images column by column: locate them, decode nothing
-            decoder = compile_rows_scanner(cols, kind, present, present_after)
-        else:
-            decoder = compile_rows_decoder(cols, kind, present, present_after)
+        # a reader converting images column by column: locate them, decode nothing
+        decoder = (parser.defer_rows and compile_rows_scanner(cols, kind, present, present_after)
+                   or compile_rows_decoder(cols, kind, present, present_after))
         rows, pos = decoder(body, pos, stop)
         if pos != stop:
             raise MalformedEventError(f"row images end at {pos}, the event data at {stop}")

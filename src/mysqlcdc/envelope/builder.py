@@ -117,16 +117,24 @@ class EnvelopeBuilder:
         n = len(rows)
         if not n:
             return first_row
-        if rows.__class__ is RawRows:
-            if not self._defer(op, rows, key_columns, file, pos, event_type):
-                try:
-                    rows = rows.decode()
-                except _DECODE_ERRORS as e:     # as the parser names them
-                    raise MalformedEventError(f"cannot decode event: {e!r}", file=file, pos=pos,
-                                              event_type=event_type) from e
-        if rows.__class__ is RawRows:
-            pass
-        elif n == 1:
+        if rows.__class__ is not RawRows:
+            self._add_texts(op, rows, key_columns)
+        elif not self._defer(op, rows, key_columns, file, pos, event_type):
+            try:
+                decoded = rows.decode()
+            except _DECODE_ERRORS as e:     # as the parser names them
+                raise MalformedEventError(f"cannot decode event: {e!r}", file=file, pos=pos,
+                                          event_type=event_type) from e
+            self._add_texts(op, decoded, key_columns)
+        self._events.append((n, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
+                             file, pos, query, first_row,
+                             file_number * SEQ_FILE + pos * SEQ_POS + first_row))
+        return first_row + n
+
+    def _add_texts(self, op: str, rows: Sequence[tuple[dict | None, dict | None]],
+                   key_columns: Sequence[str] | None) -> None:
+        """The before/after/key texts of decoded rows (the reference path)."""
+        if len(rows) == 1:
             before, after = rows[0]
             b = None if before is None else _encode_utf8(before)
             a = None if after is None else _encode_utf8(after)
@@ -159,10 +167,6 @@ class EnvelopeBuilder:
                 self._key += [_key_text(key_columns, b, a, op) for b, a in rows]
             else:
                 self._key += befores if op == OP_DELETE else afters
-        self._events.append((n, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
-                             file, pos, query, first_row,
-                             file_number * SEQ_FILE + pos * SEQ_POS + first_row))
-        return first_row + n
 
     def _defer(self, op: str, rows: RawRows, key_columns: Sequence[str] | None, file: str, pos: int,
                event_type: int | None) -> bool:
@@ -181,9 +185,8 @@ class EnvelopeBuilder:
         self._buflen = base + len(rows.data)
         event = (file, pos, event_type)
         group = entry[1]
-        if group is not None:
-            group.recs += rows.recs_before if group.side == 0 else rows.recs_after
-            group.events.append((base, n, row, event, entry[2]))
+        group.recs += rows.recs_before if group.side == 0 else rows.recs_after
+        group.events.append((base, n, row, event, entry[2]))
         group = entry[3]
         if group is not None:
             group.recs += rows.recs_after
@@ -308,16 +311,17 @@ def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, 
             file, pos, etype = events[k]
             raise MalformedEventError(f"cannot decode event: {e.cause!r}", file=file, pos=pos,
                                       event_type=etype) from e.cause
-        images = plan.images(frags)
+        images = plan.images(frags, len(recs))
         rows = _ranges(np.array(firsts, np.int64), counts)
         placed[group.side].append((rows, images))
         # keys: per distinct key-column tuple, the images whose key comes from here
         starts = np.cumsum(counts) - counts
-        for keys in set(keyed):
+        key_sets = set(keyed)
+        for keys in key_sets:
             if keys is None:
                 continue
             texts = plan.key_texts(frags, keys) if keys else images
-            if len(set(keyed)) == 1:
+            if len(key_sets) == 1:
                 placed[2].append((rows, texts))
                 continue
             pick = np.array([k == keys for k in keyed])

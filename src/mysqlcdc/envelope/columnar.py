@@ -16,6 +16,7 @@ image is ``{"name":fragment,...}``, joined by Arrow.
 
 from __future__ import annotations
 
+from binascii import b2a_base64
 from typing import Any, Callable
 
 import numpy as np
@@ -25,16 +26,17 @@ import pyarrow.compute as pc
 
 from mysqlcdc.binlog import constants as C
 from mysqlcdc.binlog.columns import ColumnSpec
-from mysqlcdc.binlog.rows import _STATIC_ENV, _Gen, _value_code, decode_set
+from mysqlcdc.binlog.rows import _Gen, _value_code, compile_generated, decode_set
 from mysqlcdc.binlog.rowscan import column_extent
 from mysqlcdc.binlog.values.decimal import _DIG2BYTES
+from mysqlcdc.binlog.values.float32 import _TABLE as _FLOAT32_TABLE
+from mysqlcdc.binlog.values.temporal import FRAC_SCALE
 
 __all__ = ["ImagePlan", "ValueFailed", "image_plan"]
 
 _PLANS: dict[tuple, "ImagePlan"] = {}
 _EMPTY = pa.scalar(b"", pa.binary())
 _QUOTE = pa.scalar(b'"', pa.binary())
-_SIGN = pa.array([b"", b"-"], pa.binary())
 
 
 class ValueFailed(Exception):
@@ -55,16 +57,6 @@ def image_plan(cols: tuple[ColumnSpec, ...], present: tuple[int, ...]) -> "Image
     return plan
 
 
-def _table(fmt: str, n: int) -> pa.Array:
-    return pa.array([(fmt % i).encode() for i in range(n)], pa.binary())
-
-
-_D2 = _table("%02d", 1024)     # hours go to 838 (and 1023 in corrupt TIMEs)
-_D3 = _table("%03d", 1000)
-_Y4 = _table("%04d", 1 << 15)  # every year a DATE's 15 bits or DATETIME2's 17 can hold
-_FRAC_WIDTH_TABLES = {w: _table(f"%0{w}d", 10 ** w) for w in (1, 2, 3)}
-
-
 def _binary(values: list[bytes]) -> pa.Array:
     return pa.array(values, pa.binary())
 
@@ -75,25 +67,14 @@ def _gather(buf: np.ndarray, off: np.ndarray, width: int) -> np.ndarray:
     return np.lib.stride_tricks.sliding_window_view(buf, width)[off]
 
 
-def _uint_le(buf: np.ndarray, off: np.ndarray, width: int) -> np.ndarray:
-    """Little-endian unsigned ints of ``width`` bytes (1..8) at ``off``, as uint64."""
+def _uint(buf: np.ndarray, off: np.ndarray, width: int, big: bool = False) -> np.ndarray:
+    """Unsigned ints of ``width`` bytes (1..8) at ``off``, little- or big-endian, as uint64."""
     if width in (1, 2, 4, 8):
-        return _gather(buf, off, width).view(f"<u{width}").ravel().astype(np.uint64)
+        return _gather(buf, off, width).view(f"{'>' if big else '<'}u{width}").ravel().astype(np.uint64)
     g = _gather(buf, off, width).astype(np.uint64)
     out = np.zeros(len(off), np.uint64)
     for k in range(width):
-        out |= g[:, k] << np.uint64(8 * k)
-    return out
-
-
-def _uint_be(buf: np.ndarray, off: np.ndarray, width: int) -> np.ndarray:
-    """Big-endian unsigned ints of ``width`` bytes (1..8) at ``off``, as uint64."""
-    if width in (1, 2, 4, 8):
-        return _gather(buf, off, width).view(f">u{width}").ravel().astype(np.uint64)
-    g = _gather(buf, off, width).astype(np.uint64)
-    out = np.zeros(len(off), np.uint64)
-    for k in range(width):
-        out = (out << np.uint64(8)) | g[:, k]
+        out |= g[:, k] << np.uint64(8 * (width - 1 - k if big else k))
     return out
 
 
@@ -177,9 +158,7 @@ class _Column:
         g.emit(0, "def value(data, pos):")
         _value_code(g, col, 1, "v")
         g.emit(1, "return v")
-        env = dict(_STATIC_ENV, **g.env)
-        exec(compile("\n".join(g.lines), "<one value>", "exec"), env)
-        self.value = env["value"]
+        self.value = compile_generated(g, "value", "<one value>")
 
 
 class _Ctx:
@@ -210,7 +189,7 @@ def _int_kernel(width: int, signed: bool, big: bool = False, year: bool = False)
             return _int_text(_gather(ctx.buf, off, width).view(typed).ravel()), None
         if table is not None:
             return table.take(pa.array(_gather(ctx.buf, off, 1).ravel())), None
-        u = (_uint_be if big else _uint_le)(ctx.buf, off, width)
+        u = _uint(ctx.buf, off, width, big)
         if signed:
             v = u.view(np.int64)
             if width < 8:
@@ -230,12 +209,11 @@ def _float_tables() -> tuple[np.ndarray, ...]:
     """``float32._TABLE`` as arrays: per sign-and-exponent, the threshold and the
     (scale, power of ten) of each digit count, for significands at or above the
     threshold and below it (``ok`` False: the reference decides)."""
-    from mysqlcdc.binlog.values.float32 import _TABLE
     thr = np.zeros(512, np.float64)
     c = np.ones((2, 512, 3), np.float64)
     p = np.ones((2, 512, 3), np.float64)
     ok = np.zeros((2, 512), bool)
-    for i, (t, high, low) in enumerate(_TABLE):
+    for i, (t, high, low) in enumerate(_FLOAT32_TABLE):
         thr[i] = min(max(t, 0), 1 << 24)
         for h, steps in ((0, high), (1, low)):
             if steps is not None:
@@ -318,7 +296,7 @@ def _text_table(name: str) -> np.ndarray:
 
 
 def _date_kernel(ctx: _Ctx, off, vstart, vlen, null):
-    v = _uint_le(ctx.buf, off, 3).astype(np.int64)
+    v = _uint(ctx.buf, off, 3).astype(np.int64)
     year = v >> 9
     redo = year > 9999
     out = _text_matrix(len(v), b'"0000-00-00"')
@@ -327,26 +305,15 @@ def _date_kernel(ctx: _Ctx, off, vstart, vlen, null):
     return _fixed_texts(out), redo
 
 
-def _fraction(q: np.ndarray, fsp: int) -> tuple[list, np.ndarray]:
-    """Parts of ``'.%0{fsp}d' % q`` for q < 10**fsp (the others: redo)."""
-    redo = q >= 10 ** fsp
-    q = np.where(redo, 0, q)
-    if fsp <= 3:
-        return [b".", _FRAC_WIDTH_TABLES[fsp].take(pa.array(q))], redo
-    low = 10 ** 3
-    return [b".", _FRAC_WIDTH_TABLES[fsp - 3].take(pa.array(q // low)), _D3.take(pa.array(q % low))], redo
-
-
 def _frac_micro(buf, off: np.ndarray, fsp: int) -> np.ndarray:
     """The stored fraction after a temporal's integer part, as ``_frac_code`` reads it,
     in units of the column's last digit (``q`` of ``'.%0{fsp}d' % q``)."""
-    from mysqlcdc.binlog.values.temporal import FRAC_SCALE
     if fsp <= 2:
-        us = _uint_be(buf, off, 1).astype(np.int64) * 10000
+        us = _uint(buf, off, 1, big=True).astype(np.int64) * 10000
     elif fsp <= 4:
-        us = _uint_be(buf, off, 2).astype(np.int64) * 100
+        us = _uint(buf, off, 2, big=True).astype(np.int64) * 100
     else:
-        us = _uint_be(buf, off, 3).astype(np.int64)
+        us = _uint(buf, off, 3, big=True).astype(np.int64)
     return us // FRAC_SCALE[fsp]
 
 
@@ -354,7 +321,7 @@ def _datetime2_kernel(fsp: int) -> Callable:
     template = b'"0000-00-00 00:00:00' + (b"." + b"0" * fsp if fsp else b"") + b'"'
 
     def convert(ctx: _Ctx, off, vstart, vlen, null):
-        x = _uint_be(ctx.buf, off, 5).astype(np.int64) - 0x8000000000
+        x = _uint(ctx.buf, off, 5, big=True).astype(np.int64) - 0x8000000000
         redo = x < 0
         x = np.where(redo, 0, x)
         ymd = x >> 17
@@ -390,7 +357,7 @@ def _timestamp2_kernel(fsp: int) -> Callable:
     template = b'"0000-00-00T00:00:00' + (b"." + b"0" * fsp if fsp else b"") + b'Z"'
 
     def convert(ctx: _Ctx, off, vstart, vlen, null):
-        secs = _uint_be(ctx.buf, off, 4).astype(np.int64)
+        secs = _uint(ctx.buf, off, 4, big=True).astype(np.int64)
         redo = secs == 0                  # the zero timestamp: the reference writes it
         out = _text_matrix(len(secs), template)
         out[:, 1:11] = _text_table("day")[secs // 86400]
@@ -404,19 +371,18 @@ def _timestamp2_kernel(fsp: int) -> Callable:
 
 
 def _time2_kernel(fsp: int) -> Callable:
-    from mysqlcdc.binlog.values.temporal import FRAC_SCALE
 
     def convert(ctx: _Ctx, off, vstart, vlen, null):
         buf = ctx.buf
         if fsp >= 5:
-            packed = _uint_be(buf, off, 6).astype(np.int64) - 0x800000000000
+            packed = _uint(buf, off, 6, big=True).astype(np.int64) - 0x800000000000
         else:
-            intpart = _uint_be(buf, off, 3).astype(np.int64) - 0x800000
+            intpart = _uint(buf, off, 3, big=True).astype(np.int64) - 0x800000
             if fsp <= 0:
                 packed = intpart << 24
             else:
                 one = fsp <= 2
-                frac = _uint_be(buf, off + 3, 1 if one else 2).astype(np.int64)
+                frac = _uint(buf, off + 3, 1 if one else 2, big=True).astype(np.int64)
                 fix = (intpart < 0) & (frac != 0)
                 intpart = intpart + fix
                 frac = frac - fix * (0x100 if one else 0x10000)
@@ -568,8 +534,6 @@ def _utf8_kernel(ctx: _Ctx, off, vstart, vlen, null):
 
 
 def _base64_kernel(pad: int) -> Callable:
-    from binascii import b2a_base64
-
     def convert(ctx: _Ctx, off, vstart, vlen, null):
         raw = _slices(ctx, vstart, vlen, null)
         if pad:
@@ -597,7 +561,7 @@ def _label_table(col: ColumnSpec) -> pa.Array | None:
 
 def _table_kernel(table: pa.Array, width: int) -> Callable:
     def convert(ctx: _Ctx, off, vstart, vlen, null):
-        return table.take(pa.array(_uint_le(ctx.buf, off, width).astype(np.int64))), None
+        return table.take(pa.array(_uint(ctx.buf, off, width).astype(np.int64))), None
     return convert
 
 
@@ -734,10 +698,10 @@ class ImagePlan:
         return pc.replace_with_mask(frags.cast(pa.binary()) if frags.type != pa.binary() else frags,
                                     pa.array(redo), _binary(texts))
 
-    def images(self, frags: list[tuple[pa.Array, bool]]) -> pa.Array:
-        """``{"name":fragment,...}`` per image (``frags`` from ``fragments``)."""
-        if not frags:
-            return pa.array([b"{}"] * 0, pa.binary())
+    def images(self, frags: list[tuple[pa.Array, bool]], m: int) -> pa.Array:
+        """``{"name":fragment,...}`` of each of ``m`` images (``frags`` from ``fragments``)."""
+        if not frags:                   # images of no columns (a MINIMAL before image)
+            return pa.array([b"{}"] * m, pa.binary())
         parts: list[Any] = []
         text = b"{"
         for j, (f, bare) in enumerate(frags):

@@ -136,6 +136,15 @@ def test_deferred_and_decoded_events_interleave_in_row_order():
     assert b_mix.take().equals(b_ref.take())
 
 
+def test_update_whose_before_image_has_no_columns():
+    cols = (ColumnSpec("id", C.MYSQL_TYPE_LONG, 0), ColumnSpec("s", C.MYSQL_TYPE_VARCHAR, 40))
+    data = b"".join(b"\x00" + struct.pack("<i", i) + b"\x02hi" for i in range(3))  # after images only
+    event = (cols, "u", (), (0, 1), data, None)
+    got = _batch([event], True)
+    assert got.equals(_batch([event], False))
+    assert got.column("before").to_pylist() == ["{}"] * 3
+
+
 def test_float_kernel_equals_float32_value_bit_for_bit():
     rng = random.Random(5)
     words = [rng.getrandbits(32) for _ in range(20000)]
