@@ -12,7 +12,7 @@ from . import constants as C
 __all__ = ["iter_binlog_file", "iter_binlog_bytes"]
 
 _U32 = struct.Struct("<I").unpack_from
-_CHUNK = 8 << 20
+_CHUNK = 1 << 20
 
 
 def iter_binlog_file(path: str | os.PathLike[str], chunk: int = _CHUNK) -> Iterator[tuple[int, bytes]]:

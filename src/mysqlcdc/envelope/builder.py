@@ -294,7 +294,7 @@ def _ranges(firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, before: pa.Array,
                     after: pa.Array, key: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The before/after/key texts of the deferred images, put in their rows."""
-    ctx = make_context(b"".join(bufs))
+    ctx = make_context(bufs)
     placed: list[list] = [[], [], []]        # per output column: (rows, texts) parts
     for group in groups.values():
         if not group.events:

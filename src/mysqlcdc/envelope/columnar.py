@@ -62,20 +62,34 @@ def _binary(values: list[bytes]) -> pa.Array:
 
 
 def _gather(buf: np.ndarray, off: np.ndarray, width: int) -> np.ndarray:
-    """(m, width) bytes at ``off``: rows of a sliding-window view of the buffer (no
-    index matrix)."""
-    return np.lib.stride_tricks.sliding_window_view(buf, width)[off]
+    """(m, width) bytes at ``off``: rows of a strided view of the buffer (no index
+    matrix)."""
+    return np.ndarray((len(buf) - width, width), np.uint8, buf, 0, (1, 1))[off]
+
+
+_SHIFT_1, _SHIFT_63 = np.uint64(1), np.uint64(63)
 
 
 def _uint(buf: np.ndarray, off: np.ndarray, width: int, big: bool = False) -> np.ndarray:
-    """Unsigned ints of ``width`` bytes (1..8) at ``off``, little- or big-endian, as uint64."""
-    if width in (1, 2, 4, 8):
-        return _gather(buf, off, width).view(f"{'>' if big else '<'}u{width}").ravel().astype(np.uint64)
-    g = _gather(buf, off, width).astype(np.uint64)
-    out = np.zeros(len(off), np.uint64)
-    for k in range(width):
-        out |= g[:, k] << np.uint64(8 * (width - 1 - k if big else k))
-    return out
+    """Unsigned ints of ``width`` bytes (1..8) at ``off``, little- or big-endian, as uint64.
+
+    Read as the two aligned 64-bit words around each offset, shifted together: two
+    gathers of whole words instead of one per byte. ``buf`` is padded (``_Ctx``), so
+    the word after the last value's exists."""
+    if width == 1:
+        return buf[off].astype(np.uint64)
+    words = buf[:len(buf) & ~7].view("<u8")
+    q = off >> 3
+    s = ((off & 7) << 3).astype(np.uint64)
+    v = words[q] >> s
+    v |= (words[q + 1] << _SHIFT_1) << (_SHIFT_63 - s)     # s == 0 shifts it all out
+    if big:
+        v = v.byteswap()
+        if width < 8:
+            v >>= np.uint64(64 - 8 * width)
+    elif width < 8:
+        v &= np.uint64((1 << 8 * width) - 1)
+    return v
 
 
 def _int_text(values: np.ndarray) -> pa.Array:
@@ -161,14 +175,19 @@ class _Column:
         self.value = compile_generated(g, "value", "<one value>")
 
 
+_PAD = bytes(32)
+
+
 class _Ctx:
-    """One batch's bytes: ``buf`` (numpy view, padded) and ``data`` (the bytes)."""
+    """One batch's bytes: ``data``, followed by ``_PAD`` zero bytes (a value's
+    reads of whole words, see ``_uint``, and a NULL's offset past the end stay in
+    it), and ``buf`` and ``arrow``, views of them."""
 
     __slots__ = ("buf", "data", "arrow")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        self.buf = np.frombuffer(data + bytes(16), np.uint8)
+        self.buf = np.frombuffer(data, np.uint8)
         self.arrow = pa.py_buffer(data)
 
 
@@ -182,26 +201,20 @@ def _int_kernel(width: int, signed: bool, big: bool = False, year: bool = False)
         else:
             table = _binary([str(v - 256 if signed and v > 127 else v).encode() for v in range(256)])
 
-    typed = None if big or width not in (2, 4, 8) else f"<{'i' if signed else 'u'}{width}"
+    shift, ishift = np.uint64(64 - 8 * width), np.int64(64 - 8 * width)
 
     def convert(ctx: _Ctx, off, vstart, vlen, null):
-        if typed is not None:         # the bytes are the value: no widening, no sign fix
-            return _int_text(_gather(ctx.buf, off, width).view(typed).ravel()), None
         if table is not None:
-            return table.take(pa.array(_gather(ctx.buf, off, 1).ravel())), None
+            return table.take(pa.array(ctx.buf[off])), None
         u = _uint(ctx.buf, off, width, big)
-        if signed:
-            v = u.view(np.int64)
-            if width < 8:
-                bit = np.int64(1 << (8 * width - 1))
-                v = np.where(v & bit, v - (bit << np.int64(1)), v)
-            return _int_text(v), None
+        if signed:         # sign-extended from the value's top bit
+            return _int_text((u << shift).view(np.int64) >> ishift if width < 8 else u.view(np.int64)), None
         return _int_text(u), None
     return convert
 
 
 def _double_kernel(ctx: _Ctx, off, vstart, vlen, null):
-    v = _gather(ctx.buf, off, 8).view("<f8").ravel()
+    v = _uint(ctx.buf, off, 8).view("<f8")
     return _binary(orjson.dumps(v.tolist())[1:-1].split(b",")), None
 
 
@@ -231,7 +244,7 @@ def _float_kernel(ctx: _Ctx, off, vstart, vlen, null):
     """``float32_value`` for a whole column in double arithmetic, the same steps in the
     same order (see ``binlog.values.float32``); zero, subnormals, inf, NaN and far
     exponents take the reference."""
-    bits = _gather(ctx.buf, off, 4).view("<u4").ravel()
+    bits = _uint(ctx.buf, off, 4).astype(np.uint32)
     with np.errstate(all="ignore"):
         x = bits.view(np.float32).astype(np.float64)
     e = (bits >> 23).astype(np.int64)
@@ -421,25 +434,21 @@ def _decimal_kernel(precision: int, scale: int) -> Callable | None:
     size = lead_n + 4 * intg0 + 4 * frac0 + trail_n
 
     def convert(ctx: _Ctx, off, vstart, vlen, null):
-        g = _gather(ctx.buf, off, size)
-        positive = (g[:, 0] & 0x80) != 0
+        buf = ctx.buf
+        positive = (buf[off] & 0x80) != 0
         # as the reference: a positive value loses its sign bit, a negative one has
-        # every other bit inverted (the row-wide XOR flips the sign bit; undo it)
-        g = g ^ np.where(positive, 0, 0xFF).astype(np.uint8)[:, None]
-        g[:, 0] ^= 0x80
+        # every bit but the sign bit inverted
         at = 0
 
         def be(n: int) -> np.ndarray:
-            """The next ``n`` bytes as a big-endian unsigned int (uint64)."""
+            """The next ``n`` bytes as a big-endian unsigned int (uint64), sign-fixed."""
             nonlocal at
-            part = g[:, at:at + n]
+            w = _uint(buf, off + at, n, big=True)
+            w ^= np.where(positive, np.uint64(0), np.uint64((1 << 8 * n) - 1))
+            if at == 0:
+                w ^= np.uint64(0x80 << 8 * (n - 1))
             at += n
-            if n == 4:
-                return np.ascontiguousarray(part).view(">u4").ravel().astype(np.uint64)
-            out = np.zeros(len(off), np.uint64)
-            for k in range(n):
-                out = (out << np.uint64(8)) | part[:, k].astype(np.uint64)
-            return out
+            return w
 
         whole = be(lead_n) if lead_n else np.zeros(len(off), np.uint64)
         redo = np.zeros(len(off), bool)
@@ -724,5 +733,6 @@ class ImagePlan:
         return _join_json(*parts)
 
 
-def make_context(data: bytes) -> _Ctx:
-    return _Ctx(data)
+def make_context(parts: list[bytes]) -> _Ctx:
+    """The context of the bytes of ``parts`` joined (one copy, the padding with it)."""
+    return _Ctx(b"".join([*parts, _PAD]))

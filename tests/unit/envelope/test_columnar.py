@@ -155,7 +155,7 @@ def test_float_kernel_equals_float32_value_bit_for_bit():
     data = b"".join(struct.pack("<I", w) for w in words)
     import numpy as np
     off = np.arange(len(words), dtype=np.int64) * 4
-    frags, redo = _float_kernel(make_context(data), off, None, None, np.zeros(len(words), bool))
+    frags, redo = _float_kernel(make_context([data]), off, None, None, np.zeros(len(words), bool))
     import orjson
     for i, w in enumerate(words):
         if redo[i]:
