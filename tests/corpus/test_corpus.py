@@ -345,8 +345,8 @@ def _capture_trace(rel: str, skim: bool) -> tuple[list, list, str | None]:
     follower = parser.tables = FileSchema(parser)
     decoder = ChangeDecoder(parser, follower, ddl=follower)
     if not skim:       # the parser vouches for no event: every one is parsed
-        parser.skim, parser.skim_mariadb_gtid, parser.skim_table_map = (
-            lambda data: -1, lambda data: None, lambda data: None)
+        parser.skim, parser.skim_mariadb_gtid, parser.skim_table_map, parser.skim_rows = (
+            lambda data: -1, lambda data: None, lambda data: None, lambda data: None)
     name, states, error = "corpus.000001", [], None   # a name with a number, as seq needs
     try:
         for pos, raw in iter_binlog_bytes(read_binlog(rel), name):
@@ -361,7 +361,7 @@ def _capture_trace(rel: str, skim: bool) -> tuple[list, list, str | None]:
 
 @pytest.mark.parametrize("rel", FILES or ["<corpus missing>"])
 def test_skimmed_events_capture_as_parsed_ones(rel):
-    """GTID, TABLE_MAP, ANNOTATE_ROWS and XID events taken from their bytes on the
+    """GTID, TABLE_MAP, rows, ANNOTATE_ROWS and XID events taken from their bytes on the
     hot path (``ChangeDecoder.feed_raw``) leave every row, boundary and transaction
     state, and every error, exactly as parsing them does."""
     assert _capture_trace(rel, True) == _capture_trace(rel, False)

@@ -33,7 +33,7 @@ from .compression import iter_inner_events, mariadb_uncompress, read_payload
 from .gtid import (read_mariadb_gtid, read_mariadb_gtid_list, read_mysql_gtid,
                    read_previous_gtids, read_tagged_gtid)
 from .reader import Reader, ShortRead
-from .rowsdecode import ROWS_FAST_CODES, decode_rows_body
+from .rowsdecode import ROWS_FAST_CODES, decode_rows_body, skim_rows_body
 from .tablemap import read_column_metas, read_optional_metadata
 from .values.charsets import codec_for_collation, decode_text
 
@@ -200,6 +200,21 @@ class BinlogParser:
         except Exception:   # noqa: BLE001 - parse asks again and raises it as it would
             pass
         return None
+
+    def skim_rows(self, data: bytes) -> tuple | None:
+        """A rows event of a shape decoded before (see ``rowsdecode.skim_rows_body``)
+        whose framing, size and CRC32 check out, as ``(what decoding its shape found,
+        its rows)``, without building an event: ``rows`` as ``parse`` would put them
+        in the event. None otherwise: ``parse`` it then, which decodes it or raises
+        the named error."""
+        n = len(data)
+        if self.fde is None or n < _HEADER_LEN or _U32_FROM(data, 9)[0] != n:
+            return None
+        if self.checksum:
+            if self.verify_checksum and _crc32(data) != _CRC_RESIDUE:
+                return None
+            n -= 4
+        return skim_rows_body(self, data, n)
 
     def _parse(self, data: bytes, pos: int | None, checksummed: bool) -> list[E.Event]:
         n = len(data)

@@ -17,7 +17,7 @@ from .values.json_diff import JSON_DIFF_TYPE, JsonDiffList, apply_json_diffs
 if TYPE_CHECKING:
     from .parser import BinlogParser
 
-__all__ = ["decode_rows_body", "ROWS_FAST_CODES"]
+__all__ = ["decode_rows_body", "skim_rows_body", "ROWS_FAST_CODES"]
 
 _KIND = {}
 for _codes, _kind in (
@@ -90,6 +90,33 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
                         raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
                     return _RowsEvent(header, kind, table_id, schema, table, rows, stmt_end, names)
     return _decode_rows_body(parser, header, data, p, end)
+
+
+def skim_rows_body(parser: BinlogParser, data: bytes, end: int) -> tuple | None:
+    """``decode_rows_body``'s common case without an event: ``(hit, rows)`` for a v1/v2
+    rows event whose post-header, column count and bitmaps were decoded before for the
+    TABLE_MAP still in force (``hit`` is what that found: ``(state, decoder, kind,
+    table_id, schema, table, stmt_end, names)``); ``end`` is where its rows data ends.
+    None for any other, or when its images do not fill it exactly or cannot be read:
+    ``parse`` it then, which decodes it or raises the named error."""
+    code = data[4]
+    fast = _FAST.get(code)
+    if fast is None:
+        return None
+    p = parser.header_length
+    q = p + fast[0]
+    if q >= end:
+        return None
+    nbm = (data[q] + 7) >> 3
+    start = q + 1 + (nbm + nbm if fast[1] else nbm)
+    hit = parser.rows_cache[code].get(data[p:start])
+    if hit is None or start > end or parser.table_maps.get(hit[3]) is not hit[0]:
+        return None
+    try:
+        rows, pos = hit[1](data, start, end)
+    except Exception:   # noqa: BLE001 - parse decodes it again and names what is wrong
+        return None
+    return (hit, rows) if pos == end else None
 
 
 def _remember(parser: BinlogParser, code: int, key: bytes, entry: tuple) -> None:

@@ -18,6 +18,7 @@ from mysqlcdc.binlog.events import (MariadbAnnotateRowsEvent, QueryEvent, RowsEv
 from mysqlcdc.binlog.constants import (MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
                                        TABLE_MAP_EVENT, XID_EVENT)
 from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.binlog.rowsdecode import ROWS_FAST_CODES
 from mysqlcdc.envelope.builder import EnvelopeBuilder
 from mysqlcdc.envelope.model import OP_SCHEMA, OP_TRUNCATE
 from mysqlcdc.errors import ConnectionLostError, SchemaError
@@ -31,7 +32,8 @@ __all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "iter_
 TableLookup = Callable[[str, str], TableDef | None]
 _XID, _ANNOTATE, _MARIA_GTID, _TABLE_MAP = (XID_EVENT, MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
                                             TABLE_MAP_EVENT)
-_SKIMMED = frozenset((_XID, _ANNOTATE, _MARIA_GTID, _TABLE_MAP))   # see ChangeDecoder.feed_raw
+_ROWS = frozenset(ROWS_FAST_CODES)
+_SKIMMED = frozenset((_XID, _ANNOTATE, _MARIA_GTID, _TABLE_MAP, *_ROWS))   # see ChangeDecoder.feed_raw
 
 
 class RawEventLike(Protocol):
@@ -133,10 +135,13 @@ class ChangeDecoder:
         self.events += 1
         code = data[4]
         if code in _SKIMMED:
-            # the events of every transaction but its rows, from their bytes: the parser
-            # checks framing, size and CRC32 and builds no event. When it cannot vouch
-            # for one, it is parsed below, which decodes it or raises the named error.
-            if code == _XID:
+            # the events of a transaction, from their bytes: the parser checks framing,
+            # size and CRC32 and builds no event. When it cannot vouch for one, it is
+            # parsed below, which decodes it or raises the named error.
+            if code in _ROWS:
+                if self._skim_rows(file, pos, data):
+                    return True
+            elif code == _XID:
                 if self.parser.skim(data) == _XID:
                     self.tracker.observe_xid()          # always a boundary
                     self.query = None
@@ -176,6 +181,25 @@ class ChangeDecoder:
             self.query = None
             self.boundary = TxnTracker.next_position(events[-1], file, pos + len(data))
         return rows
+
+    def _skim_rows(self, file: str, pos: int, data: bytes) -> bool:
+        """A rows event of a shape the parser decoded before (``BinlogParser.skim_rows``),
+        its rows added as ``_rows`` adds them; False when it must be parsed."""
+        history = self.history
+        if history is not None:
+            history.at = (self._file_number, pos, 0)
+        skimmed = self.parser.skim_rows(data)
+        if skimmed is None:
+            return False
+        (_, _, kind, table_id, schema, table, _, _), rows = skimmed
+        tracker = self.tracker
+        if not tracker.in_txn:
+            tracker.observe_table_map_bytes(data, file, pos)   # opens a txn context if needed
+        if history is not None and history.view.before_catchup(history.at):
+            return True       # a catch-up task: rows up to the quarantine were emitted
+        self.builder.add_rows(kind, schema, table, rows, self.keys.get(table_id), tracker.ctx, file,
+                              self._file_number, pos, 0, self.query, data[4])
+        return True
 
     def _skim_table_map(self, file: str, pos: int, data: bytes) -> bool:
         """A TABLE_MAP the parser decoded before and still vouches for (see

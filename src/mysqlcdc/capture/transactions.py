@@ -97,8 +97,9 @@ class TxnTracker:
         return True
 
     def observe_table_map_bytes(self, data: bytes, file: str, pos: int) -> None:
-        """``observe`` of a TABLE_MAP event, for a reader that did not build it: its
-        raw bytes, of which only the header's timestamp and server id may be read."""
+        """``observe`` of a TABLE_MAP or rows event, for a reader that did not build
+        it: its raw bytes, of which only the header's timestamp and server id may be
+        read."""
         if not self.in_txn and not self._group_open:
             timestamp, _, server_id = _TS_CODE_SID(data)
             self._begin(file, pos, None, timestamp * 1000, server_id)

@@ -132,6 +132,36 @@ def test_rows_cache_follows_the_table_map_in_force():
     assert q.parse(raw)[0].rows is None and q.parse(raw)[0].rows is None
 
 
+def test_skim_rows_only_for_a_shape_decoded_under_the_map_in_force():
+    """``skim_rows`` hands back the rows ``parse`` puts in the event, and only for a
+    rows event whose shape was decoded before under the TABLE_MAP still in force and
+    whose bytes check out; otherwise None, and ``parse`` decodes it or names what is
+    wrong."""
+    p = _ready()
+    raw = rows_event(7, 4, [narrow_row(1), narrow_row(2)])
+    assert p.skim_rows(raw) is None                     # this shape never decoded
+    ev = p.parse(raw)[0]
+    hit, rows = p.skim_rows(raw)
+    assert rows == ev.rows and hit[2:6] == ("c", 7, "bench", "narrow")
+    other = rows_event(7, 4, [narrow_row(3)])           # same shape, other rows
+    assert p.skim_rows(other)[1] == p.parse(other)[0].rows
+    bad = bytearray(raw)
+    bad[-6] ^= 0xFF
+    assert p.skim_rows(bytes(bad)) is None
+    with pytest.raises(ChecksumMismatchError):
+        p.parse(bytes(bad), 99)
+    short = rows_event(7, 4, [narrow_row(1)[:-3]])      # images that end past the event
+    assert p.skim_rows(short) is None
+    with pytest.raises(MalformedEventError):
+        p.parse(short, 99)
+    p.parse(table_map(7, "renamed", NARROW))            # another map for the table id
+    assert p.skim_rows(raw) is None
+    assert p.parse(raw)[0].table == "renamed"
+    assert p.skim_rows(raw)[0][5] == "renamed"
+    p.parse(fde())                                      # a new FORMAT_DESCRIPTION forgets them
+    assert p.skim_rows(raw) is None
+
+
 def test_skim_checks_xid_and_annotate_without_decoding():
     """``skim`` answers only for an intact XID or ANNOTATE_ROWS; anything it cannot
     vouch for is -1, and ``parse`` then decodes it or raises the named error."""

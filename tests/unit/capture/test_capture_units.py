@@ -218,8 +218,8 @@ def test_skimmed_transaction_events_decode_as_parsed_ones():
         parser = BinlogParser()
         decoder = ChangeDecoder(parser, include_query=include_query)
         if not skim:   # the parser vouches for no event: every one is parsed
-            parser.skim, parser.skim_mariadb_gtid, parser.skim_table_map = (
-                lambda data: -1, lambda data: None, lambda data: None)
+            parser.skim, parser.skim_mariadb_gtid, parser.skim_table_map, parser.skim_rows = (
+                lambda data: -1, lambda data: None, lambda data: None, lambda data: None)
         pos, states = 4, []
         for raw in events:
             decoder.feed_raw("bin.000003", pos, raw)
