@@ -20,6 +20,7 @@ returned position with the end of the rows data, as for the decoder).
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import count
 from typing import Callable
 
 from . import constants as C
@@ -37,6 +38,7 @@ _CACHE: OrderedDict[tuple, Callable | None] = OrderedDict()
 _MISSING = object()
 _CACHE_SIZE = 4096
 _LAYOUTS_PER_IMAGE = 256
+_SHAPES = count()      # a number per compiled scanner: ``RawRows.shape``
 
 
 class RawRows:
@@ -45,18 +47,20 @@ class RawRows:
     ``before``/``after`` are the present-column tuples of the before and after
     images (None when the event kind has no such image); ``recs_before`` and
     ``recs_after`` hold ``1 + variable columns`` positions per image, relative to
-    ``data``.
+    ``data``. ``shape`` is a number of the scanner's own: rows with the same one
+    have the same columns, kind and present columns (a cheap key for all of those).
     """
 
     __slots__ = ("data", "cols", "kind", "before", "after", "recs_before", "recs_after", "n",
-                 "start", "end")
+                 "start", "end", "shape")
 
     def __init__(self, data: bytes, cols: tuple[ColumnSpec, ...], kind: str,
                  before: tuple[int, ...] | None, after: tuple[int, ...] | None,
-                 recs_before: list[int], recs_after: list[int], n: int, start: int, end: int) -> None:
+                 recs_before: list[int], recs_after: list[int], n: int, start: int, end: int,
+                 shape: int) -> None:
         self.data, self.cols, self.kind, self.before, self.after = data, cols, kind, before, after
         self.recs_before, self.recs_after, self.n = recs_before, recs_after, n
-        self.start, self.end = start, end
+        self.start, self.end, self.shape = start, end, shape
 
     def __len__(self) -> int:
         return self.n
@@ -189,6 +193,7 @@ def _scanner(cols: tuple[ColumnSpec, ...], kind: str, present: tuple[int, ...],
     else:
         _scan_image(g, cols, present, 2, "A" if kind == "d" else "B")
     g.emit(2, "rows += 1")
-    g.emit(1, f"return {raw}(data, COLS, {kind!r}, {before!r}, {after!r}, A, B, rows, first, pos), pos")
+    g.emit(1, f"return {raw}(data, COLS, {kind!r}, {before!r}, {after!r}, A, B, rows, first, pos, "
+              f"{next(_SHAPES)}), pos")
     g.env["COLS"] = cols
     return compile_generated(g, "scan_rows", "<rows scanner>")

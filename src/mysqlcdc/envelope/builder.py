@@ -172,10 +172,9 @@ class EnvelopeBuilder:
                event_type: int | None) -> bool:
         """Take ``rows`` for conversion in ``take``; False when its key columns are
         not all in the image the key comes from (MINIMAL images: decode them)."""
-        cols = rows.cols
-        memo_key = (id(cols), rows.before, rows.after, key_columns, op)
+        memo_key = (rows.shape, key_columns)     # the shape implies the columns and op
         entry = self._memo.get(memo_key)
-        if entry is None or entry[0] is not cols:
+        if entry is None:
             entry = self._memo_entry(memo_key, op, rows, key_columns)
         if entry[1] is None:
             return False

@@ -525,21 +525,29 @@ def _quoted(text: pa.Array) -> pa.Array:
 def _utf8_kernel(ctx: _Ctx, off, vstart, vlen, null):
     raw = _values(ctx, vstart, vlen, null)
     try:
-        text = raw.cast(pa.string())
+        raw.cast(pa.string())                          # checks the UTF-8
     except pa.ArrowInvalid:
         return raw, np.ones(len(off), bool)             # invalid UTF-8 somewhere: the reference
-    offsets = np.frombuffer(text.buffers()[1], np.int32)[:len(text) + 1]
-    body = np.frombuffer(text.buffers()[2], np.uint8)[:offsets[-1]] if offsets[-1] else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(raw.buffers()[1], np.int32)[raw.offset:raw.offset + len(raw) + 1]
+    body = np.frombuffer(raw.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
     # control characters: orjson writes them as escapes; those values take the reference
     ctl = np.flatnonzero(body < 0x20)
     redo = None
     if len(ctl):
-        redo = (np.searchsorted(ctl, offsets[1:]) - np.searchsorted(ctl, offsets[:-1])) > 0
-    if (body == 0x5C).any():
-        text = pc.replace_substring(text, "\\", "\\\\")
-    if (body == 0x22).any():
-        text = pc.replace_substring(text, '"', '\\"')
-    return _Bare(text.cast(pa.binary())), redo
+        redo = (np.searchsorted(ctl, offsets[1:] - offsets[0])
+                - np.searchsorted(ctl, offsets[:-1] - offsets[0])) > 0
+    # '"' and '\\' are written with a backslash before them: inserted in one pass
+    escape = np.flatnonzero((body == 0x5C) | (body == 0x22))
+    if len(escape) and len(body) + len(escape) >= 2**31:      # past 32-bit offsets: as before
+        text = pc.replace_substring(raw.cast(pa.string()), "\\", "\\\\")
+        return _Bare(pc.replace_substring(text, '"', '\\"').cast(pa.binary())), redo
+    if len(escape):
+        bounds = (offsets - offsets[0]).astype(np.int64)
+        bounds += np.searchsorted(escape, bounds)
+        body = np.insert(body, escape, 0x5C)
+        raw = pa.Array.from_buffers(pa.binary(), len(raw), [None, pa.py_buffer(bounds.astype(np.int32)),
+                                                            pa.py_buffer(body)])
+    return _Bare(raw), redo
 
 
 def _base64_kernel(pad: int) -> Callable:

@@ -136,6 +136,45 @@ def test_deferred_and_decoded_events_interleave_in_row_order():
     assert b_mix.take().equals(b_ref.take())
 
 
+def test_strings_needing_escapes_equal_the_reference():
+    """Quotes and backslashes anywhere in a value (first, last, doubled, next to
+    multi-byte characters), empty strings, NULLs and control characters: the
+    escapes written by the kernel are orjson's."""
+    cols = (ColumnSpec("id", C.MYSQL_TYPE_LONG, 0), ColumnSpec("s", C.MYSQL_TYPE_VARCHAR, 400),
+            ColumnSpec("t", C.MYSQL_TYPE_BLOB, 2))
+    rng = random.Random(11)
+    pieces = ['"', "\\", "a", "é", "😀", " ", "\\\"", '""', "\n", "\x1f", "/"]
+    events = []
+    for i in range(40):
+        data = b""
+        for _ in range(rng.randint(1, 5)):
+            data += bytes([rng.choice((0, 0, 2, 4))])          # null bitmap: s or t NULL
+            data += struct.pack("<i", i)
+            for width in (2, 2):
+                text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))).encode()
+                data += len(text).to_bytes(width, "little") + text
+        events.append((cols, rng.choice("cd"), (0, 1, 2), (0, 1, 2), _nulled(cols, data), ("id",)))
+    got, want = _batch(events, True), _batch(events, False)
+    assert got.equals(want), _first_difference(want, got)
+    assert any('\\"' in a for a in got.column("after").to_pylist() if a)
+
+
+def _nulled(cols, data: bytes) -> bytes:
+    """Images as written above with the values of the columns their null bitmap marks
+    NULL taken out (those take no bytes in a row image)."""
+    out, pos = b"", 0
+    while pos < len(data):
+        nb = data[pos]
+        out += data[pos:pos + 5]
+        pos += 5
+        for j in (1, 2):
+            n = int.from_bytes(data[pos:pos + 2], "little")
+            if not nb >> j & 1:
+                out += data[pos:pos + 2 + n]
+            pos += 2 + n
+    return out
+
+
 def test_update_whose_before_image_has_no_columns():
     cols = (ColumnSpec("id", C.MYSQL_TYPE_LONG, 0), ColumnSpec("s", C.MYSQL_TYPE_VARCHAR, 40))
     data = b"".join(b"\x00" + struct.pack("<i", i) + b"\x02hi" for i in range(3))  # after images only
