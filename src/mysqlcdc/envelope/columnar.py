@@ -117,21 +117,21 @@ def _with_nulls(frags: pa.Array, null: np.ndarray) -> pa.Array:
 
 
 _POW10 = np.array([10 ** k for k in range(19)], np.int64)
-_DIGITS3 = np.array([list(b"%03d" % i) for i in range(1000)], np.uint8)
+
+
+_TEN, _ZERO_CHAR = np.uint64(10), np.uint64(48)
 
 
 def _put_digits(out: np.ndarray, end: int, value: np.ndarray, width: int) -> None:
     """Write ``value`` (non-negative ints) as ``width`` zero-padded ASCII digits
-    ending before column ``end`` of the text matrix ``out`` (three at a time)."""
-    q = value.astype(np.int64) if value.dtype != np.int64 else value
-    while width > 0:
-        n = min(width, 3)
-        chunk = _DIGITS3[q % 1000]
-        out[:, end - n:end] = chunk[:, 3 - n:] if n < 3 else chunk
-        width -= n
-        end -= n
-        if width:
-            q = q // 1000
+    ending before column ``end`` of the text matrix ``out``, a digit at a time
+    (numpy divides by a constant without a division instruction; a table of
+    several digits costs more in its gather than it saves)."""
+    q = value.astype(np.uint64)
+    for k in range(1, width + 1):
+        nq = q // _TEN
+        out[:, end - k] = q - nq * _TEN + _ZERO_CHAR
+        q = nq
 
 
 def _fixed_texts(out: np.ndarray) -> pa.Array:
@@ -213,9 +213,27 @@ def _int_kernel(width: int, signed: bool, big: bool = False, year: bool = False)
     return convert
 
 
+def _list_texts(values: np.ndarray) -> pa.Array:
+    """orjson's text of each of ``values`` (numbers), from one text of the whole list:
+    the values between its commas taken by Arrow (no bytes object per value)."""
+    m = len(values)
+    if not m:
+        return pa.array([], pa.binary())
+    text = orjson.dumps(values.tolist())           # [v0,v1,...]: no comma inside a number
+    commas = np.flatnonzero(np.frombuffer(text, np.uint8) == 44)
+    bounds = np.empty(2 * m, np.int64)             # v0 , v1 , ... v(m-1): every other one
+    bounds[0] = 1
+    bounds[1:-1:2] = commas
+    bounds[2::2] = commas + 1
+    bounds[-1] = len(text) - 1
+    spread = pa.Array.from_buffers(pa.binary(), 2 * m - 1, [None, pa.py_buffer(bounds.astype(np.int32)),
+                                                            pa.py_buffer(text)])
+    return spread.take(pa.array(np.arange(0, 2 * m, 2)))
+
+
 def _double_kernel(ctx: _Ctx, off, vstart, vlen, null):
     v = _uint(ctx.buf, off, 8).view("<f8")
-    return _binary(orjson.dumps(v.tolist())[1:-1].split(b",")), None
+    return _list_texts(v), None
 
 
 def _float_tables() -> tuple[np.ndarray, ...]:
@@ -263,7 +281,7 @@ def _float_kernel(ctx: _Ctx, off, vstart, vlen, null):
             hit = ~done & (-cn < diff) & (diff < cn) & (y.astype(np.float32).view(np.uint32) == bits)
             out[hit] = y[hit]
             done |= hit
-    return _binary(orjson.dumps(out.tolist())[1:-1].split(b",")), ~ok
+    return _list_texts(out), ~ok
 
 
 _TEXT_TABLES: dict[str, np.ndarray] = {}
@@ -342,7 +360,7 @@ def _datetime2_kernel(fsp: int) -> Callable:
         redo |= ym >= 10000 * 13                 # a fifth year digit: the reference writes it
         out = _text_matrix(len(x), template)
         out[:, 1:8] = _text_table("ym")[ym]
-        out[:, 9:11] = _DIGITS3[ymd & 31][:, 1:]
+        _put_digits(out, 11, ymd & 31, 2)
         out[:, 12:20] = _text_table("hms")[x & 0x1FFFF]
         if fsp:
             q = _frac_micro(ctx.buf, off + 5, fsp)
@@ -510,7 +528,7 @@ def _values(ctx: _Ctx, vstart: np.ndarray, vlen: np.ndarray, null: np.ndarray) -
 
 class _Bare:
     """A string column's fragments without their quotes: the image join writes them
-    (one pass less); ``ImagePlan`` quotes them where a value needs its whole text."""
+    (one pass less; none around a NULL, see ``_literal``); a key text quotes them."""
 
     __slots__ = ("array",)
 
@@ -551,11 +569,32 @@ def _utf8_kernel(ctx: _Ctx, off, vstart, vlen, null):
 
 
 def _base64_kernel(pad: int) -> Callable:
+    """Binary values as base64 (BINARY(n) right-padded with zero bytes to ``pad``, as
+    the server pads it): the values of the whole column, each padded with zero bytes
+    to whole 3-byte groups, encoded by one ``b2a_base64`` call; the characters of
+    those alignment bytes become ``=``."""
+
     def convert(ctx: _Ctx, off, vstart, vlen, null):
-        raw = _slices(ctx, vstart, vlen, null)
-        if pad:
-            raw = [r.ljust(pad, b"\x00") for r in raw]
-        return _Bare(pa.array([b2a_base64(r, newline=False) for r in raw], pa.binary())), None
+        raw = _values(ctx, vstart, vlen, null)
+        if raw.type != pa.binary() or 4 * (len(raw.buffers()[2]) + 2 * len(raw)) + 3 * pad * len(raw) >= 3 * 2**31:
+            return _Bare(pa.array([b2a_base64(r.ljust(pad, b"\x00") if pad else r, newline=False)   # past
+                                   for r in _slices(ctx, vstart, vlen, null)], pa.binary())), None   # 2 GiB
+        offsets = np.frombuffer(raw.buffers()[1], np.int32)[raw.offset:raw.offset + len(raw) + 1]
+        body = np.frombuffer(raw.buffers()[2], np.uint8)[offsets[0]:offsets[-1]]
+        ends = (offsets[1:] - offsets[0]).astype(np.int64)
+        size = np.diff(offsets).astype(np.int64)
+        padded = np.where(null, 0, np.maximum(size, pad)) if pad else size
+        align = -padded % 3
+        zeros = padded - size + align                  # zero bytes after each value
+        if zeros.any():
+            body = np.insert(body, np.repeat(ends, zeros), 0)
+        text = np.frombuffer(b2a_base64(body.tobytes(), newline=False), np.uint8).copy()
+        bounds = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum((padded + align) // 3 * 4, out=bounds[1:])
+        text[bounds[1:][align > 0] - 1] = 61           # '='
+        text[bounds[1:][align == 2] - 2] = 61
+        return _Bare(pa.Array.from_buffers(pa.binary(), len(raw), [None, pa.py_buffer(bounds.astype(np.int32)),
+                                                                   pa.py_buffer(text)])), None
     return convert
 
 
@@ -622,6 +661,24 @@ def _kernel(col: ColumnSpec) -> Callable | None:
     return None
 
 
+def _literal(before: tuple, text: bytes, after: tuple) -> Any:
+    """The text between two fragments of an image: ``text``, after the closing quote
+    of a bare string fragment before it and before the opening quote of a bare one
+    after it (``before``/``after``: (bare, NULLs of a bare one or None)). Per image
+    where a bare one has NULLs: a NULL gets no quotes (the join writes ``null``)."""
+    (b_bare, b_null), (a_bare, a_null) = before, after
+    if b_null is None and a_null is None:
+        return (b'"' if b_bare else b"") + text + (b'"' if a_bare else b"")
+    variants = _binary([(b'"' if b_bare and not nb else b"") + text + (b'"' if a_bare and not na else b"")
+                        for nb in (0, 1) for na in (0, 1)])
+    index = np.zeros(len(b_null if b_null is not None else a_null), np.int8)
+    if b_null is not None:
+        index += b_null.astype(np.int8) * 2
+    if a_null is not None:
+        index += a_null
+    return variants.take(pa.array(index))
+
+
 class ImagePlan:
     """Columnar conversion of the images of one shape (columns, present columns)."""
 
@@ -650,9 +707,11 @@ class ImagePlan:
         self.keys = [orjson.dumps(n) for n in self.names]
         self._name_index = {n: j for j, n in enumerate(self.names)}
 
-    def fragments(self, ctx: _Ctx, recs: np.ndarray) -> list[pa.Array]:
-        """Per present column, the fragment of every image (``recs``: (m, 1 + nvar)
-        positions in ``ctx``, see ``binlog.rowscan``)."""
+    def fragments(self, ctx: _Ctx, recs: np.ndarray) -> list[tuple]:
+        """Per present column ``(fragments, bare, NULLs)``: the fragment of every image
+        (``recs``: (m, 1 + nvar) positions in ``ctx``, see ``binlog.rowscan``), null
+        for a NULL; ``bare`` for strings without their quotes (``_Bare``); ``NULLs``
+        the bool array of NULL images of a bare column that has some, else None."""
         m = len(recs)
         starts = recs[:, 0]
         bitmap = _gather(ctx.buf, starts, self.nbb) if self.nbb else np.zeros((m, 0), np.uint8)
@@ -683,14 +742,16 @@ class ImagePlan:
                 redo = redo & ~col_null
                 if redo.any():
                     frags = self._redo(ctx, column, off, redo, frags, m, bare)
+            bare_null = None
             if frags is None:                    # every value NULL
                 frags, bare = pa.nulls(m, pa.binary()), False
             elif any_null:
-                # NULL as a null entry: the image join writes ``null`` for it
-                if bare:
-                    frags, bare = _quoted(frags), False
+                # NULL as a null entry: the image join writes ``null`` for it (and no
+                # quotes around it, see ``images``)
                 frags = _with_nulls(frags, col_null)
-            out.append((frags, bare))
+                if bare:
+                    bare_null = col_null
+            out.append((frags, bare, bare_null))
         return out
 
     @staticmethod
@@ -715,17 +776,16 @@ class ImagePlan:
         return pc.replace_with_mask(frags.cast(pa.binary()) if frags.type != pa.binary() else frags,
                                     pa.array(redo), _binary(texts))
 
-    def images(self, frags: list[tuple[pa.Array, bool]], m: int) -> pa.Array:
+    def images(self, frags: list[tuple], m: int) -> pa.Array:
         """``{"name":fragment,...}`` of each of ``m`` images (``frags`` from ``fragments``)."""
         if not frags:                   # images of no columns (a MINIMAL before image)
             return pa.array([b"{}"] * m, pa.binary())
         parts: list[Any] = []
-        text = b"{"
-        for j, (f, bare) in enumerate(frags):
-            text += (b"," if j else b"") + self.keys[j] + b":" + (b'"' if bare else b"")
-            parts += [text, f]
-            text = b'"' if bare else b""
-        parts.append(text + b"}")
+        prev: tuple = (False, None)
+        for j, (f, bare, null) in enumerate(frags):
+            parts += [_literal(prev, (b"," if j else b"{") + self.keys[j] + b":", (bare, null)), f]
+            prev = (bare, null)
+        parts.append(_literal(prev, b"}", (False, None)))
         return _join_json(*parts)
 
     def key_texts(self, frags: list[tuple[pa.Array, bool]], key_columns: tuple[str, ...]) -> pa.Array | None:
@@ -735,7 +795,7 @@ class ImagePlan:
             j = self._name_index.get(k)
             if j is None:
                 return None
-            f, bare = frags[j]
+            f, bare, _ = frags[j]
             parts += [(b"{" if n == 0 else b",") + orjson.dumps(k) + b":", _quoted(f) if bare else f]
         parts.append(b"}")
         return _join_json(*parts)
