@@ -69,41 +69,15 @@ def _bitmap_indexes(raw: bytes, width: int) -> tuple[int, ...]:
     return tuple(i for i in range(width) if raw[i >> 3] >> (i & 7) & 1)
 
 
-def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p: int, end: int) -> E.RowsEvent:
-    """One rows event; ``rows`` is None when the table is filtered out."""
-    code = header.type_code
-    fast = _FAST.get(code)
-    if fast is not None:
-        # The common case: the same post-header, column count and image bitmaps as an
-        # earlier event of a table whose TABLE_MAP is still in force. Those bytes are the
-        # key of everything the slow path worked out (see ``_remember``).
-        q = p + fast[0]
-        if q < end:
-            nbm = (data[q] + 7) >> 3
-            start = q + 1 + (nbm + nbm if fast[1] else nbm)
-            hit = parser.rows_cache[code].get(data[p:start])
-            if hit is not None and start <= end:
-                state, decoder, kind, table_id, schema, table, stmt_end, names = hit
-                if parser.table_maps.get(table_id) is state:
-                    rows, pos = decoder(data, start, end)
-                    if pos != end:
-                        raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
-                    return _RowsEvent(header, kind, table_id, schema, table, rows, stmt_end, names)
-    return _decode_rows_body(parser, header, data, p, end)
-
-
-def skim_rows_body(parser: BinlogParser, data: bytes, end: int) -> tuple | None:
-    """``decode_rows_body``'s common case without an event: ``(hit, rows)`` for a v1/v2
-    rows event whose post-header, column count and bitmaps were decoded before for the
-    TABLE_MAP still in force (``hit`` is what that found: ``(state, decoder, kind,
-    table_id, schema, table, stmt_end, names)``); ``end`` is where its rows data ends.
-    None for any other, or when its images do not fill it exactly or cannot be read:
-    ``parse`` it then, which decodes it or raises the named error."""
-    code = data[4]
+def _known_shape(parser: BinlogParser, code: int, data: bytes, p: int, end: int) -> tuple | None:
+    """``(hit, start)`` for a v1/v2 rows event with the same post-header, column count
+    and image bitmaps as an earlier event of a table whose TABLE_MAP is still in force:
+    those bytes are the key of everything the slow path worked out (see ``_remember``),
+    ``hit`` is that (``(state, decoder, kind, table_id, schema, table, stmt_end,
+    names)``) and ``start`` where the row images begin. None otherwise."""
     fast = _FAST.get(code)
     if fast is None:
         return None
-    p = parser.header_length
     q = p + fast[0]
     if q >= end:
         return None
@@ -112,6 +86,30 @@ def skim_rows_body(parser: BinlogParser, data: bytes, end: int) -> tuple | None:
     hit = parser.rows_cache[code].get(data[p:start])
     if hit is None or start > end or parser.table_maps.get(hit[3]) is not hit[0]:
         return None
+    return hit, start
+
+
+def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p: int, end: int) -> E.RowsEvent:
+    """One rows event; ``rows`` is None when the table is filtered out."""
+    known = _known_shape(parser, header.type_code, data, p, end)
+    if known is None:
+        return _decode_rows_body(parser, header, data, p, end)
+    (state, decoder, kind, table_id, schema, table, stmt_end, names), start = known
+    rows, pos = decoder(data, start, end)
+    if pos != end:
+        raise MalformedEventError(f"row images end at {pos}, the event data at {end}")
+    return _RowsEvent(header, kind, table_id, schema, table, rows, stmt_end, names)
+
+
+def skim_rows_body(parser: BinlogParser, data: bytes, end: int) -> tuple | None:
+    """``decode_rows_body``'s common case (``_known_shape``) without an event:
+    ``(hit, rows)``; ``end`` is where its rows data ends. None for any other event, or
+    when its images do not fill it exactly or cannot be read: ``parse`` it then, which
+    decodes it or raises the named error."""
+    known = _known_shape(parser, data[4], data, parser.header_length, end)
+    if known is None:
+        return None
+    hit, start = known
     try:
         rows, pos = hit[1](data, start, end)
     except Exception:   # noqa: BLE001 - parse decodes it again and names what is wrong

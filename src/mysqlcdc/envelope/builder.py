@@ -176,20 +176,20 @@ class EnvelopeBuilder:
         entry = self._memo.get(memo_key)
         if entry is None:
             entry = self._memo_entry(memo_key, op, rows, key_columns)
-        if entry[1] is None:
+        if entry[0] is None:
             return False
         n, row = rows.n, len(self._key)
         base = self._buflen
         self._bufs.append(rows.data)
         self._buflen = base + len(rows.data)
         event = (file, pos, event_type)
-        group = entry[1]
+        group = entry[0]
         group.recs += rows.recs_before if group.side == 0 else rows.recs_after
-        group.events.append((base, n, row, event, entry[2]))
-        group = entry[3]
+        group.events.append((base, n, row, event, entry[1]))
+        group = entry[2]
         if group is not None:
             group.recs += rows.recs_after
-            group.events.append((base, n, row, event, entry[4]))
+            group.events.append((base, n, row, event, entry[3]))
         none = [None] * n
         self._before += none
         self._after += none
@@ -198,7 +198,7 @@ class EnvelopeBuilder:
 
     def _memo_entry(self, memo_key: tuple, op: str, rows: RawRows,
                     key_columns: Sequence[str] | None) -> tuple:
-        """(columns, first group or None when not deferrable, its key columns or None,
+        """(first group or None when not deferrable, its key columns or None,
         second group or None, its key columns or None) of a rows-event shape."""
         keys = tuple(key_columns) if key_columns else ()
         delete = op == OP_DELETE
@@ -206,7 +206,7 @@ class EnvelopeBuilder:
         names = {rows.cols[i].name for i in primary}
         sides = [(p, s) for p, s in ((rows.before, 0), (rows.after, 1)) if p is not None]
         if not all(k in names for k in keys):
-            entry = (rows.cols, None, None, None, None)
+            entry = (None, None, None, None)
         else:
             found = []
             for present, side in sides:
@@ -216,7 +216,7 @@ class EnvelopeBuilder:
                     group = self._groups[gk] = _Group(rows.cols, present, side)
                 found += [group, keys if (side == 0) == delete else None]
             found += [None, None]
-            entry = (rows.cols, *found[:4])
+            entry = tuple(found[:4])
         if len(self._memo) > 4096:
             self._memo.clear()
         self._memo[memo_key] = entry

@@ -348,6 +348,15 @@ def _frac_micro(buf, off: np.ndarray, fsp: int) -> np.ndarray:
     return us // FRAC_SCALE[fsp]
 
 
+def _put_fraction(out: np.ndarray, buf, off: np.ndarray, fsp: int) -> np.ndarray:
+    """Write the stored fraction at ``off`` as the ``fsp`` digits after the seconds
+    (``..SS.`` ends at column 21) of the text matrix ``out``; True where it has more
+    digits (the reference decides)."""
+    q = _frac_micro(buf, off, fsp)
+    _put_digits(out, 21 + fsp, q, fsp)
+    return q >= 10 ** fsp
+
+
 def _datetime2_kernel(fsp: int) -> Callable:
     template = b'"0000-00-00 00:00:00' + (b"." + b"0" * fsp if fsp else b"") + b'"'
 
@@ -363,9 +372,7 @@ def _datetime2_kernel(fsp: int) -> Callable:
         _put_digits(out, 11, ymd & 31, 2)
         out[:, 12:20] = _text_table("hms")[x & 0x1FFFF]
         if fsp:
-            q = _frac_micro(ctx.buf, off + 5, fsp)
-            redo |= q >= 10 ** fsp
-            _put_digits(out, 21 + fsp, q, fsp)
+            redo |= _put_fraction(out, ctx.buf, off + 5, fsp)
         return _fixed_texts(out), redo
     return convert
 
@@ -394,9 +401,7 @@ def _timestamp2_kernel(fsp: int) -> Callable:
         out[:, 1:11] = _text_table("day")[secs // 86400]
         out[:, 12:20] = _text_table("sod")[secs % 86400]
         if fsp:
-            q = _frac_micro(ctx.buf, off + 4, fsp)
-            redo |= q >= 10 ** fsp
-            _put_digits(out, 21 + fsp, q, fsp)
+            redo |= _put_fraction(out, ctx.buf, off + 4, fsp)
         return _fixed_texts(out), redo
     return convert
 
@@ -576,7 +581,7 @@ def _base64_kernel(pad: int) -> Callable:
 
     def convert(ctx: _Ctx, off, vstart, vlen, null):
         raw = _values(ctx, vstart, vlen, null)
-        if raw.type != pa.binary() or 4 * (len(raw.buffers()[2]) + 2 * len(raw)) + 3 * pad * len(raw) >= 3 * 2**31:
+        if 4 * (len(raw.buffers()[2]) + 2 * len(raw)) + 3 * pad * len(raw) >= 3 * 2**31:
             return _Bare(pa.array([b2a_base64(r.ljust(pad, b"\x00") if pad else r, newline=False)   # past
                                    for r in _slices(ctx, vstart, vlen, null)], pa.binary())), None   # 2 GiB
         offsets = np.frombuffer(raw.buffers()[1], np.int32)[raw.offset:raw.offset + len(raw) + 1]
