@@ -11,6 +11,10 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 { command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; } || need_apt+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || need_apt+=(mariadb-client)
+# the mirror sinks' and the dashboard's tests start these themselves
+[ -x /usr/lib/postgresql/15/bin/postgres ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need_apt+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
