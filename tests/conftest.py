@@ -64,3 +64,13 @@ def kafka():
     broker = Broker(os.environ.get("KAFKA_BOOTSTRAP") or None).start()
     yield broker
     broker.kill()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A private PostgreSQL 15 (temp datadir, free loopback port) for the mirror tests."""
+    from tests.support.postgres import PostgreSQL
+
+    server = PostgreSQL().start()
+    yield server
+    server.destroy()

@@ -1,0 +1,388 @@
+"""The mirror's apply loop: one micro-batch of envelope rows -> one target transaction.
+
+Per batch (``apply_batch``), on the driver (``foreachBatch``):
+
+1. Rows are taken in ``seq`` order. Per table, row changes are reduced to the last
+   change per ``key`` (``c``/``u``/``r``: upsert of ``after``; ``d``: delete of the
+   key), so the target sees at most one write per key. A primary-key change arrives
+   as a ``d`` of the old key and a ``c`` of the new one (docs/ENVELOPE.md), which
+   this reduction applies correctly with no special case.
+2. A ``t`` (truncate) or ``s`` (schema change) record first flushes the table's
+   pending changes, then is applied: truncate empties the table; ``s`` compares the
+   definitions in ``before``/``after`` (create, drop, rename of the table — a drop
+   record and a create record at the same position —, added, dropped, renamed and
+   retyped columns, a new primary key).
+3. A table first written by rows is created from the definition in force at that
+   row's position, read from the sink's schema history (``MirrorSettings.history_dir``).
+4. Everything, including the ``mysqlcdc_offsets`` row (pipeline, batch id, end
+   position), is one target transaction. A batch whose id the ledger already holds
+   is skipped, so a replayed batch changes nothing.
+
+A change the target refuses (a type it cannot hold, a retype it cannot cast) rolls
+that table back to its savepoint and records it in ``mysqlcdc_mirror_stopped``
+(:class:`MirrorTableStoppedError`); later batches skip the table; the others flow.
+Transient target failures (server down, connection dropped) retry the whole batch
+with exponential backoff on a new connection; wrong credentials fail at once.
+
+Memory: the batch's rows (bounded by ``source.max_events_per_batch``) and one dict
+per table of the reduced changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Callable, Iterable, Protocol
+
+from mysqlcdc.errors import (MirrorAuthError, MirrorTableStoppedError, MirrorUnavailableError,
+                             TerminalError)
+from mysqlcdc.schema.history import SchemaHistory
+from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.types import BinlogPosition
+
+__all__ = ["apply_batch", "Target", "TableChanges", "ColumnChange", "diff_columns",
+           "Definitions", "BatchResult", "run_with_retries", "foreach_batch"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+ROW_OPS = ("c", "u", "r", "d")
+
+
+class RetryableTargetError(Exception):
+    """Raised by targets for a failure worth retrying on a new connection."""
+
+
+class TargetAuthError(Exception):
+    """Raised by targets when the credentials are refused."""
+
+
+class TableRefused(Exception):
+    """Raised by targets when one table's change cannot be applied (stops that table)."""
+
+
+@dataclass
+class ColumnChange:
+    kind: str                      # add | drop | rename | retype
+    column: ColumnDef | None = None
+    old_name: str | None = None
+
+
+def diff_columns(before: TableDef, after: TableDef) -> list[ColumnChange]:
+    """Column changes turning ``before`` into ``after`` (names compared exactly).
+
+    A column missing from ``after`` and a new one at the same ordinal with the same
+    ``column_type`` count as a rename (ALTER ... RENAME/CHANGE COLUMN); otherwise drop + add.
+    """
+    old = {c.name: c for c in before.columns}
+    new = {c.name: c for c in after.columns}
+    gone = [c for c in before.columns if c.name not in new]
+    added = [c for c in after.columns if c.name not in old]
+    out: list[ColumnChange] = []
+    old_pos = {c.name: i for i, c in enumerate(before.columns)}
+    new_pos = {c.name: i for i, c in enumerate(after.columns)}
+    for g in list(gone):
+        for a in added:
+            if old_pos[g.name] == new_pos[a.name] and _same_type(g, a):
+                out.append(ColumnChange("rename", a, g.name))
+                gone.remove(g)
+                added.remove(a)
+                break
+    out += [ColumnChange("drop", None, g.name) for g in gone]
+    for name, col in new.items():
+        if name in old and not _same_type(old[name], col):
+            out.append(ColumnChange("retype", col, name))
+    out += [ColumnChange("add", a) for a in added]
+    return out
+
+
+def _same_type(a: ColumnDef, b: ColumnDef) -> bool:
+    return ((a.column_type or a.data_type), a.unsigned, a.charset == "binary") == \
+        ((b.column_type or b.data_type), b.unsigned, b.charset == "binary")
+
+
+class Target(Protocol):
+    """What a mirror target implements (see postgresql.py). Every method runs inside
+    the batch transaction opened by :meth:`begin`."""
+
+    def connect(self) -> None: ...
+    def close(self) -> None: ...
+    def begin(self, pipeline: str) -> tuple[int | None, set[Key]]: ...
+    def table_exists(self, db: str, table: str) -> bool: ...
+    def create_table(self, definition: TableDef) -> None: ...
+    def drop_table(self, db: str, table: str) -> None: ...
+    def rename_table(self, old: Key, new: Key) -> None: ...
+    def alter_table(self, before: TableDef, after: TableDef, changes: list[ColumnChange]) -> None: ...
+    def truncate(self, db: str, table: str) -> None: ...
+    def upsert(self, definition: TableDef, rows: list[dict]) -> None: ...
+    def delete(self, definition: TableDef, keys: list[dict]) -> None: ...
+    def savepoint(self) -> None: ...
+    def rollback_savepoint(self) -> None: ...
+    def release_savepoint(self) -> None: ...
+    def stop_table(self, pipeline: str, db: str, table: str, code: str, message: str,
+                   seq: str) -> None: ...
+    def commit(self, pipeline: str, batch_id: int, position: str, seq: str) -> None: ...
+    def rollback(self) -> None: ...
+
+
+class Definitions:
+    """Table definitions at a binlog position, from the sink's schema history folder,
+    plus the ``s`` records of the batches seen so far (which carry definitions too)."""
+
+    def __init__(self, history_dir: str | None,
+                 fallback: Callable[[str, str], TableDef | None] | None = None) -> None:
+        self.history = SchemaHistory(history_dir) if history_dir else None
+        self.fallback = fallback
+        self.latest: dict[Key, TableDef] = {}
+
+    def refresh(self) -> None:
+        if self.history is not None:
+            self.history.reload()
+
+    def at(self, db: str, table: str, file: str, pos: int) -> TableDef | None:
+        if self.history is not None:
+            found = self.history.definition(db, table, BinlogPosition.of(file, pos))
+            if found is not None:
+                return found
+        if (db, table) in self.latest:
+            return self.latest[(db, table)]
+        return self.fallback(db, table) if self.fallback else None
+
+
+@dataclass
+class TableChanges:
+    """Reduced row changes of one table since its last flush: last change per key."""
+
+    definition_at: tuple[str, int] | None = None     # (file, pos) of the first row
+    last: dict[str, tuple[str, dict | None, dict]] = field(default_factory=dict)
+    # key JSON -> (op, after image or None, key object)
+
+    def add(self, op: str, key_text: str, after: dict | None, key: dict, file: str, pos: int):
+        if self.definition_at is None:
+            self.definition_at = (file, pos)
+        self.last.pop(key_text, None)          # keep dict order = order of last change
+        self.last[key_text] = (op, after, key)
+
+
+@dataclass
+class BatchResult:
+    skipped: bool = False
+    rows: int = 0
+    stopped: list[Key] = field(default_factory=list)
+
+
+def _loads(text):
+    return None if text is None else json.loads(text)
+
+
+def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline: str,
+                definitions: Definitions) -> BatchResult:
+    """Apply one batch of envelope rows (dicts with op, db, table, before, after, key,
+    file, pos, seq) to ``target`` in one transaction; see the module docstring."""
+    ordered = sorted(rows, key=lambda r: Decimal(r["seq"]))
+    result = BatchResult()
+    committed, stopped = target.begin(pipeline)
+    if committed is not None and committed >= batch_id:
+        target.rollback()
+        log.info("mirror: batch %d already committed (ledger at %d); skipped", batch_id, committed)
+        result.skipped = True
+        return result
+    definitions.refresh()
+    pending: dict[Key, TableChanges] = {}
+    known: dict[Key, TableDef] = {}
+
+    def stop(key: Key, err: Exception, seq) -> None:
+        target.rollback_savepoint()
+        message = f"{key[0]}.{key[1]}: {err}"
+        target.stop_table(pipeline, key[0], key[1], MirrorTableStoppedError.code, message, str(seq))
+        stopped.add(key)
+        result.stopped.append(key)
+        pending.pop(key, None)
+        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
+
+    def guarded(key: Key, seq, action: Callable[[], None]) -> None:
+        target.savepoint()
+        try:
+            action()
+        except TableRefused as err:
+            stop(key, err, seq)
+        else:
+            target.release_savepoint()
+
+    def definition_for(key: Key, file: str, pos: int) -> TableDef:
+        if key in known:
+            return known[key]
+        found = definitions.at(key[0], key[1], file, pos)
+        if found is None:
+            raise TableRefused("no definition of the table in the schema history")
+        if not found.primary_key:
+            raise TableRefused("the table has no primary key; the mirror needs one")
+        if not target.table_exists(*key):
+            target.create_table(found)
+        known[key] = found
+        return found
+
+    def flush(key: Key, seq) -> None:
+        changes = pending.pop(key, None)
+        if not changes or not changes.last:
+            return
+
+        def write() -> None:
+            definition = definition_for(key, *changes.definition_at)
+            pk = definition.primary_key
+            upserts = [after for op, after, _ in changes.last.values() if op != "d"]
+            deletes = [{c: k.get(c) for c in pk} for op, _, k in changes.last.values() if op == "d"]
+            # deletes first: a key deleted then re-inserted in the batch keeps only its upsert
+            if deletes:
+                target.delete(definition, deletes)
+            if upserts:
+                target.upsert(definition, upserts)
+        guarded(key, seq, write)
+
+    def schema_change(key: Key, rec: dict, partner: dict | None) -> None:
+        before = _def(rec["before"])
+        after = _def(rec["after"])
+
+        def run() -> None:
+            if after is None:                      # dropped (or renamed away: partner)
+                if partner is not None:
+                    new_def = _def(partner["after"])
+                    new_key = (new_def.db, new_def.name)
+                    if target.table_exists(*key):
+                        target.rename_table(key, new_key)
+                        if diff_columns(before, new_def):
+                            target.alter_table(before, new_def, diff_columns(before, new_def))
+                    known[new_key] = new_def
+                    definitions.latest[new_key] = new_def
+                elif target.table_exists(*key):
+                    target.drop_table(*key)
+                known.pop(key, None)
+                definitions.latest.pop(key, None)
+                return
+            definitions.latest[key] = after
+            if before is None:                     # created
+                if not after.primary_key:
+                    raise TableRefused("the table has no primary key; the mirror needs one")
+                if target.table_exists(*key):
+                    target.drop_table(*key)
+                target.create_table(after)
+                known[key] = after
+                return
+            if not target.table_exists(*key):      # never written yet: create when rows come
+                known.pop(key, None)
+                return
+            if not after.primary_key:
+                raise TableRefused("the primary key was dropped; the mirror needs one")
+            changes = diff_columns(before, after)
+            if changes or before.primary_key != after.primary_key:
+                target.alter_table(before, after, changes)
+            known[key] = after
+        guarded(key, rec["seq"], run)
+
+    # renames: a drop record and a create record at the same position
+    drops = {}
+    for r in ordered:
+        if r["op"] == "s" and r["after"] is None:
+            drops.setdefault((r["file"], r["pos"]), []).append(r)
+    partner_of: dict[int, dict] = {}
+    swallowed: set[int] = set()
+    for r in ordered:
+        if r["op"] == "s" and r["before"] is None:
+            cands = drops.get((r["file"], r["pos"]))
+            if cands:
+                old = cands.pop(0)
+                partner_of[id(old)] = r
+                swallowed.add(id(r))
+
+    last = None
+    for r in ordered:
+        key = (r["db"], r["table"])
+        last = r
+        op = r["op"]
+        if key in stopped and not (op == "s" and id(r) in swallowed):
+            continue
+        if op in ROW_OPS:
+            result.rows += 1
+            key_obj = _loads(r["key"]) or {}
+            tc = pending.setdefault(key, TableChanges())
+            tc.add(op, r["key"], _loads(r["after"]) if op != "d" else None, key_obj,
+                   r["file"], r["pos"])
+        elif op == "t":
+            pending.pop(key, None)               # changes before a truncate do not matter
+            guarded(key, r["seq"], lambda k=key: target.table_exists(*k) and target.truncate(*k))
+        elif op == "s":
+            if id(r) in swallowed:
+                continue
+            partner = partner_of.get(id(r))
+            flush(key, r["seq"])
+            if partner is not None:
+                flush((partner["db"], partner["table"]), r["seq"])
+            schema_change(key, r, partner)
+    for key in list(pending):
+        flush(key, last["seq"])
+    position = f"{last['file']}:{last['pos']}" if last else ""
+    target.commit(pipeline, batch_id, position, str(last["seq"]) if last else "")
+    return result
+
+
+def _def(text) -> TableDef | None:
+    return None if text is None else TableDef.from_json(json.loads(text))
+
+
+def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target], BatchResult],
+                     *, attempts: int, initial_delay_s: float, max_delay_s: float,
+                     what: str = "mirror target", sleep=time.sleep) -> BatchResult:
+    """Run ``work`` on a fresh connection; retry transient failures with backoff."""
+    delay = initial_delay_s
+    for attempt in range(1, attempts + 1):
+        target = make_target()
+        try:
+            target.connect()
+            return work(target)
+        except TargetAuthError as err:
+            raise MirrorAuthError(f"{what} refused the credentials: {err}") from None
+        except RetryableTargetError as err:
+            if attempt == attempts:
+                raise MirrorUnavailableError(
+                    f"{what} unavailable after {attempts} attempts: {err}") from None
+            log.warning("mirror: %s failed (attempt %d/%d): %s; retrying in %.1fs",
+                        what, attempt, attempts, err, delay)
+            sleep(delay)
+            delay = min(delay * 2, max_delay_s)
+        finally:
+            try:
+                target.close()
+            except Exception:   # noqa: BLE001 - the connection may be gone already
+                pass
+    raise AssertionError("unreachable")
+
+
+_COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq")
+
+
+def foreach_batch(settings, make_target: Callable[[], Target]):
+    """The function ``foreachBatch`` calls: collect the batch (bounded by the source's
+    batch size) as Arrow on the driver and apply it."""
+    definitions = Definitions(settings.history_dir)
+
+    def run(df, batch_id: int) -> None:
+        table = df.select(*[f"`{c}`" for c in _COLUMNS]).toArrow()
+        rows = table.to_pylist()
+        if not rows:
+            return
+        result = run_with_retries(
+            make_target,
+            lambda t: apply_batch(t, rows, batch_id=batch_id, pipeline=settings.pipeline,
+                                  definitions=definitions),
+            attempts=settings.attempts, initial_delay_s=settings.initial_delay_s,
+            max_delay_s=settings.max_delay_s, what=f"{settings.target} mirror")
+        log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
+                 " (already applied)" if result.skipped else "")
+    return run
+
+
+def ensure_terminal(err: Exception) -> TerminalError:   # pragma: no cover - helper for targets
+    return err if isinstance(err, TerminalError) else TerminalError(str(err))
