@@ -140,7 +140,7 @@ def test_schema_changes_truncate_and_stop(postgres, pg_settings, db):
     batch = [s.ddl("a", v1, v2), s.ins("a", {"id": 3, "label": "z", "c": "1.5"}),
              s.ddl("other", other, other2), s.ins("other", {"id": 2, "v": 7})]
     drop_rec = s.ddl("a", v2, None)
-    create_rec = s.ddl("b", None, v3)
+    create_rec = s.ddl("b", v2, v3)          # the new name's record carries the old definition
     create_rec["pos"], create_rec["seq"] = drop_rec["pos"], drop_rec["seq"]
     batch += [drop_rec, create_rec, s.upd("b", {"id": 1, "label": "x2", "c": "2.0"})]
     apply(pg_settings, batch, 1)

@@ -68,6 +68,7 @@ __all__ = [
     "ChangelogSinkConfig",
     "ConsoleSinkConfig",
     "KafkaSinkConfig",
+    "MirrorSinkConfig",
     "AnySinkConfig",
     "SINK_TYPES",
     "MAX_SERVER_ID",
@@ -447,7 +448,70 @@ class KafkaSinkConfig(_Model):
         return dict(self._secrets)
 
 
-_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig]
+class MirrorSinkConfig(_Model):
+    """The current state of every captured table kept live in a target database: each
+    micro-batch is reduced to the last change per key and applied in one target
+    transaction together with its row in ``mysqlcdc_offsets`` (a replayed batch changes
+    nothing). Schema changes and truncates are applied; a change the target cannot
+    apply stops that table (recorded in ``mysqlcdc_mirror_stopped``), the others flow.
+    See README "Mirror sink" for the type mapping."""
+
+    type: Literal["mirror"] = Field(
+        "mirror", description="Sink type; set by the key of the sink mapping."
+    )
+    target: Literal["postgresql"] = Field(description="The target database kind.")
+    host: str = Field("127.0.0.1", min_length=1, description="Target server host.")
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Target server port; null: the target's default "
+        "(5432 for postgresql)."
+    )
+    user: str = Field("postgres", min_length=1, description="User to connect as.")
+    password_env: EnvVarName | None = Field(
+        None, description="Environment variable holding the target user's password (read at "
+        "load, never logged); null: no password."
+    )
+    database: str = Field(
+        "postgres", min_length=1, description="Database to connect to (postgresql); source "
+        "table `db.t` becomes table `t` in schema `db` there."
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for a connection.")
+    retry: ReconnectConfig = Field(
+        default_factory=lambda: ReconnectConfig(attempts=8, initial_delay_s=0.5, max_delay_s=15),
+        description="Retries of a batch whose target is unreachable or dropped the "
+        "connection (exponential backoff); after the last the pipeline stops with "
+        "MIRROR_TARGET_UNAVAILABLE and replays the batch when run again.",
+    )
+
+    _password: Secret = PrivateAttr(default_factory=lambda: Secret(""))
+
+    @field_validator("password_env")
+    @classmethod
+    def _env_var_is_set(cls, name: str | None, info: ValidationInfo) -> str | None:
+        if name is not None and name not in context_env(info):
+            raise PydanticCustomError(
+                "env_var_missing",
+                "environment variable {name} is not set; it must hold the password of "
+                "the mirror target user",
+                {"name": name},
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _read_password(self, info: ValidationInfo) -> Self:
+        if self.password_env is not None:
+            self._password = Secret(context_env(info)[self.password_env])
+        return self
+
+    @property
+    def password(self) -> Secret:
+        """The password read from ``password_env`` at load (empty when none is named)."""
+        return self._password
+
+    def target_port(self) -> int:
+        return self.port or {"postgresql": 5432}[self.target]
+
+
+_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig]
 
 SINK_TYPES: dict[str, type[_Model]] = {
     cls.model_fields["type"].default: cls for cls in get_args(_SinkUnion)

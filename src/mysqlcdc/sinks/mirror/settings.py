@@ -48,7 +48,7 @@ class MirrorSettings:
 def from_sink_config(sink, pipeline: str, history_dir: str | None) -> MirrorSettings:
     """Settings from a validated ``MirrorSinkConfig`` of the pipeline named ``pipeline``."""
     return MirrorSettings(
-        target=sink.target, host=sink.host, port=sink.port, user=sink.user,
+        target=sink.target, host=sink.host, port=sink.target_port(), user=sink.user,
         password=sink.password.reveal(), database=sink.database, pipeline=pipeline,
         history_dir=history_dir, connect_timeout_s=sink.connect_timeout_s,
         attempts=sink.retry.attempts, initial_delay_s=sink.retry.initial_delay_s,

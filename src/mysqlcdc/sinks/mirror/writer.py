@@ -9,8 +9,8 @@ Per batch (``apply_batch``), on the driver (``foreachBatch``):
    this reduction applies correctly with no special case.
 2. A ``t`` (truncate) or ``s`` (schema change) record first flushes the table's
    pending changes, then is applied: truncate empties the table; ``s`` compares the
-   definitions in ``before``/``after`` (create, drop, rename of the table — a drop
-   record and a create record at the same position —, added, dropped, renamed and
+   definitions in ``before``/``after`` (create, drop, rename of the table — the new
+   name's record has a ``before`` naming the old table —, added, dropped, renamed and
    retyped columns, a new primary key).
 3. A table first written by rows is created from the definition in force at that
    row's position, read from the sink's schema history (``MirrorSettings.history_dir``).
@@ -242,22 +242,13 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
                 target.upsert(definition, upserts)
         guarded(key, seq, write)
 
-    def schema_change(key: Key, rec: dict, partner: dict | None) -> None:
+    def schema_change(key: Key, rec: dict) -> None:
         before = _def(rec["before"])
         after = _def(rec["after"])
 
         def run() -> None:
-            if after is None:                      # dropped (or renamed away: partner)
-                if partner is not None:
-                    new_def = _def(partner["after"])
-                    new_key = (new_def.db, new_def.name)
-                    if target.table_exists(*key):
-                        target.rename_table(key, new_key)
-                        if diff_columns(before, new_def):
-                            target.alter_table(before, new_def, diff_columns(before, new_def))
-                    known[new_key] = new_def
-                    definitions.latest[new_key] = new_def
-                elif target.table_exists(*key):
+            if after is None:                      # dropped
+                if target.table_exists(*key):
                     target.drop_table(*key)
                 known.pop(key, None)
                 definitions.latest.pop(key, None)
@@ -271,7 +262,17 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
                 target.create_table(after)
                 known[key] = after
                 return
-            if not target.table_exists(*key):      # never written yet: create when rows come
+            old_key = (before.db, before.name)
+            if old_key != key:                     # renamed here from old_key
+                known.pop(old_key, None)
+                definitions.latest.pop(old_key, None)
+                if not target.table_exists(*old_key):
+                    known.pop(key, None)
+                    return
+                if target.table_exists(*key):
+                    target.drop_table(*key)
+                target.rename_table(old_key, key)
+            elif not target.table_exists(*key):    # never written yet: created when rows come
                 known.pop(key, None)
                 return
             if not after.primary_key:
@@ -282,45 +283,48 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
             known[key] = after
         guarded(key, rec["seq"], run)
 
-    # renames: a drop record and a create record at the same position
-    drops = {}
+    # A rename gives, at one position, a record for the old name (after null) and one for
+    # the new name whose ``before`` names the old table: the old name's record is no drop.
+    renamed_away: set[tuple[str, int, str, str]] = set()
     for r in ordered:
-        if r["op"] == "s" and r["after"] is None:
-            drops.setdefault((r["file"], r["pos"]), []).append(r)
-    partner_of: dict[int, dict] = {}
-    swallowed: set[int] = set()
-    for r in ordered:
-        if r["op"] == "s" and r["before"] is None:
-            cands = drops.get((r["file"], r["pos"]))
-            if cands:
-                old = cands.pop(0)
-                partner_of[id(old)] = r
-                swallowed.add(id(r))
+        if r["op"] == "s" and r["before"] is not None and r["after"] is not None:
+            b = json.loads(r["before"])
+            if (b["db"], b["table"]) != (r["db"], r["table"]):
+                renamed_away.add((r["file"], r["pos"], b["db"], b["table"]))
 
     last = None
     for r in ordered:
         key = (r["db"], r["table"])
         last = r
         op = r["op"]
-        if key in stopped and not (op == "s" and id(r) in swallowed):
-            continue
         if op in ROW_OPS:
+            if key in stopped:
+                continue
             result.rows += 1
             key_obj = _loads(r["key"]) or {}
             tc = pending.setdefault(key, TableChanges())
             tc.add(op, r["key"], _loads(r["after"]) if op != "d" else None, key_obj,
                    r["file"], r["pos"])
         elif op == "t":
+            if key in stopped:
+                continue
             pending.pop(key, None)               # changes before a truncate do not matter
             guarded(key, r["seq"], lambda k=key: target.table_exists(*k) and target.truncate(*k))
         elif op == "s":
-            if id(r) in swallowed:
+            if r["after"] is None and (r["file"], r["pos"], *key) in renamed_away:
+                flush(key, r["seq"])             # its rows land before the rename
                 continue
-            partner = partner_of.get(id(r))
+            before = _def(r["before"])
+            old_key = (before.db, before.name) if before is not None else key
+            if key in stopped or old_key in stopped:
+                if old_key in stopped and key not in stopped:   # stays stopped when renamed
+                    stopped.add(key)
+                    target.stop_table(pipeline, key[0], key[1], MirrorTableStoppedError.code,
+                                      f"renamed from the stopped table {old_key[0]}.{old_key[1]}",
+                                      str(r["seq"]))
+                continue
             flush(key, r["seq"])
-            if partner is not None:
-                flush((partner["db"], partner["table"]), r["seq"])
-            schema_change(key, r, partner)
+            schema_change(key, r)
     for key in list(pending):
         flush(key, last["seq"])
     position = f"{last['file']}:{last['pos']}" if last else ""
