@@ -74,3 +74,11 @@ def postgres():
     server = PostgreSQL().start()
     yield server
     server.destroy()
+
+
+@pytest.fixture(scope="session")
+def mariadb_target():
+    """A SECOND private mariadbd: the mirror's MySQL/MariaDB target (no binlog needed)."""
+    server = MariaDB().start()
+    yield server
+    server.stop()

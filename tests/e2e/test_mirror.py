@@ -9,7 +9,7 @@ import pytest
 from mysqlcdc.sinks.mirror import MirrorSettings, start_mirror
 
 from tests.support.mariadb import binlog_position
-from tests.support.mirror import assert_postgres_equals_source
+from tests.support.mirror import assert_target_equals_source
 
 pytestmark = pytest.mark.e2e
 
@@ -70,12 +70,19 @@ def _ddl_workload(mariadb, db: str, seed: int) -> None:
     conn.close()
 
 
-def test_mirror_equals_source(spark, mariadb, postgres, fresh_db, source_options, tmp_path):
+def target_settings(kind: str, request, **extra) -> tuple[MirrorSettings, object]:
+    server = request.getfixturevalue("postgres" if kind == "postgresql" else "mariadb_target")
+    database = "postgres" if kind == "postgresql" else "mysqlcdc"
+    return MirrorSettings(target=kind, host=server.host, port=server.port, user=server.user,
+                          password=server.password, database=database, **extra), server
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+def test_mirror_equals_source(spark, mariadb, fresh_db, source_options, tmp_path, request, kind):
     start = str(binlog_position(mariadb))
     history = str(tmp_path / "history")
-    settings = MirrorSettings(target="postgresql", host=postgres.host, port=postgres.port,
-                              user=postgres.user, password=postgres.password,
-                              pipeline=f"e2e-{fresh_db}", history_dir=history)
+    settings, server = target_settings(kind, request, pipeline=f"e2e-{fresh_db}",
+                                       history_dir=history)
     df = spark.readStream.format("mysqlcdc").options(**source_options(
         startingPosition=start, include=f"{fresh_db}.*", schemaHistory=history,
         maxEventsPerBatch=150)).load()
@@ -89,9 +96,10 @@ def test_mirror_equals_source(spark, mariadb, postgres, fresh_db, source_options
     finally:
         query.stop()
     assert query.exception() is None
-    assert_postgres_equals_source(mariadb, postgres, fresh_db, ["v", "hot", "kept"])
-    assert not postgres.sql("SELECT 1 FROM information_schema.tables WHERE table_schema = %s "
-                            "AND table_name = 'gone'", (fresh_db,))
-    batches, = postgres.sql("SELECT batch_id FROM mysqlcdc_offsets WHERE pipeline = %s",
-                            (settings.pipeline,))
+    assert_target_equals_source(mariadb, server, kind, fresh_db, ["v", "hot", "kept"])
+    assert not server.sql(f"SELECT 1 FROM information_schema.tables WHERE table_schema = "
+                          f"'{fresh_db}' AND table_name = 'gone'")
+    ledger = "public" if kind == "postgresql" else settings.database
+    batches, = server.sql(f"SELECT batch_id FROM {ledger}.mysqlcdc_offsets "
+                          f"WHERE pipeline = '{settings.pipeline}'")
     assert batches[0] >= 2, "the work should span several batches"

@@ -64,3 +64,15 @@ def assert_postgres_equals_source(mariadb, pg, db: str, tables: list[str]) -> No
         assert len(got) == len(want), f"{db}.{table}: {len(got)} rows in target, {len(want)} in source"
         for g, w in zip(got, want):
             assert g == w, f"{db}.{table}: target {g!r} != source {w!r}"
+
+
+def assert_target_equals_source(mariadb, server, kind: str, db: str, tables: list[str]) -> None:
+    """``kind`` postgresql: ``server`` is a PostgreSQL; mysql: a second MariaDB."""
+    if kind == "postgresql":
+        assert_postgres_equals_source(mariadb, server, db, tables)
+        return
+    for table in tables:
+        names, want = source_rows(mariadb, db, table)
+        names2, got = source_rows(server, db, table)
+        assert names2 == names, f"{db}.{table}: columns {names2} != {names}"
+        assert got == want, f"{db}.{table}: target differs from the source"

@@ -459,20 +459,23 @@ class MirrorSinkConfig(_Model):
     type: Literal["mirror"] = Field(
         "mirror", description="Sink type; set by the key of the sink mapping."
     )
-    target: Literal["postgresql"] = Field(description="The target database kind.")
+    target: Literal["postgresql", "mysql"] = Field(
+        description="The target database kind: `postgresql`, or `mysql` for MySQL and MariaDB."
+    )
     host: str = Field("127.0.0.1", min_length=1, description="Target server host.")
     port: int | None = Field(
         None, ge=1, le=65535, description="Target server port; null: the target's default "
-        "(5432 for postgresql)."
+        "(5432 for postgresql, 3306 for mysql)."
     )
-    user: str = Field("postgres", min_length=1, description="User to connect as.")
+    user: str = Field(min_length=1, description="User to connect as.")
     password_env: EnvVarName | None = Field(
         None, description="Environment variable holding the target user's password (read at "
         "load, never logged); null: no password."
     )
-    database: str = Field(
-        "postgres", min_length=1, description="Database to connect to (postgresql); source "
-        "table `db.t` becomes table `t` in schema `db` there."
+    database: str | None = Field(
+        None, min_length=1, description="postgresql: the database to connect to (default "
+        "`postgres`); source table `db.t` becomes table `t` in schema `db` there. mysql: the "
+        "database holding the ledger tables (default `mysqlcdc`); `db.t` becomes `db`.`t`."
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for a connection.")
     retry: ReconnectConfig = Field(
@@ -508,7 +511,10 @@ class MirrorSinkConfig(_Model):
         return self._password
 
     def target_port(self) -> int:
-        return self.port or {"postgresql": 5432}[self.target]
+        return self.port or {"postgresql": 5432, "mysql": 3306}[self.target]
+
+    def target_database(self) -> str:
+        return self.database or {"postgresql": "postgres", "mysql": "mysqlcdc"}[self.target]
 
 
 _SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig]

@@ -2,7 +2,7 @@
 
 ``start_mirror(df, settings, checkpoint=...)`` starts a ``foreachBatch`` query that
 applies each micro-batch as one target transaction (see :mod:`.writer`).
-Targets: PostgreSQL (:mod:`.postgresql`).
+Targets: PostgreSQL (:mod:`.postgresql`), MySQL/MariaDB (:mod:`.mysql`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ def make_target(settings: MirrorSettings):
         from mysqlcdc.sinks.mirror.postgresql import PostgresTarget
 
         return PostgresTarget(settings)
+    if settings.target == "mysql":
+        from mysqlcdc.sinks.mirror.mysql import MySQLTarget
+
+        return MySQLTarget(settings)
     raise AssertionError(settings.target)   # MirrorSettings validates the name
 
 

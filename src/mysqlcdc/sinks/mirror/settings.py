@@ -8,7 +8,7 @@ from mysqlcdc.errors import ConfigError
 
 __all__ = ["MirrorSettings", "TARGETS", "from_sink_config"]
 
-TARGETS = ("postgresql",)
+TARGETS = ("postgresql", "mysql")
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def from_sink_config(sink, pipeline: str, history_dir: str | None) -> MirrorSett
     """Settings from a validated ``MirrorSinkConfig`` of the pipeline named ``pipeline``."""
     return MirrorSettings(
         target=sink.target, host=sink.host, port=sink.target_port(), user=sink.user,
-        password=sink.password.reveal(), database=sink.database, pipeline=pipeline,
+        password=sink.password.reveal(), database=sink.target_database(), pipeline=pipeline,
         history_dir=history_dir, connect_timeout_s=sink.connect_timeout_s,
         attempts=sink.retry.attempts, initial_delay_s=sink.retry.initial_delay_s,
         max_delay_s=sink.retry.max_delay_s,

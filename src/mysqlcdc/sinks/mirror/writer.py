@@ -190,6 +190,12 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
         log.info("mirror: batch %d already committed (ledger at %d); skipped", batch_id, committed)
         result.skipped = True
         return result
+    resume_after = None
+    if not getattr(target, "transactional_ddl", True):
+        mark = target.partial(pipeline)
+        if mark is not None and mark[0] == batch_id:
+            resume_after = Decimal(mark[1])        # a replay of a batch cut by its DDL
+            ordered = [r for r in ordered if Decimal(r["seq"]) > resume_after]
     definitions.refresh()
     pending: dict[Key, TableChanges] = {}
     known: dict[Key, TableDef] = {}
@@ -203,7 +209,22 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
         pending.pop(key, None)
         log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
 
-    def guarded(key: Key, seq, action: Callable[[], None]) -> None:
+    transactional = getattr(target, "transactional_ddl", True)
+
+    def guarded(key: Key, seq, action: Callable[[], None], *, ddl: bool = False) -> None:
+        if ddl and not transactional:
+            # DDL commits implicitly here: first everything before it, with a ledger mark
+            # saying how far this batch got, so a replay resumes after it (see begin()).
+            for other in list(pending):
+                flush(other, seq)
+            target.mark(pipeline, batch_id, str(Decimal(seq) - 1))
+            try:
+                action()
+            except TableRefused as err:
+                target.rollback()
+                stop_unguarded(key, err, seq)
+            target.mark(pipeline, batch_id, str(seq))
+            return
         target.savepoint()
         try:
             action()
@@ -211,6 +232,14 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
             stop(key, err, seq)
         else:
             target.release_savepoint()
+
+    def stop_unguarded(key: Key, err: Exception, seq) -> None:
+        message = f"{key[0]}.{key[1]}: {err}"
+        target.stop_table(pipeline, key[0], key[1], MirrorTableStoppedError.code, message, str(seq))
+        stopped.add(key)
+        result.stopped.append(key)
+        pending.pop(key, None)
+        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
 
     def definition_for(key: Key, file: str, pos: int) -> TableDef:
         if key in known:
@@ -281,7 +310,7 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
             if changes or before.primary_key != after.primary_key:
                 target.alter_table(before, after, changes)
             known[key] = after
-        guarded(key, rec["seq"], run)
+        guarded(key, rec["seq"], run, ddl=True)
 
     # A rename gives, at one position, a record for the old name (after null) and one for
     # the new name whose ``before`` names the old table: the old name's record is no drop.
