@@ -82,3 +82,13 @@ def mariadb_target():
     server = MariaDB().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A private redis-server (password, free loopback port) for the mirror tests."""
+    from tests.support.redis import RedisServer
+
+    server = RedisServer().start()
+    yield server
+    server.destroy()

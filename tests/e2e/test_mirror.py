@@ -70,14 +70,19 @@ def _ddl_workload(mariadb, db: str, seed: int) -> None:
     conn.close()
 
 
+FIXTURES = {"postgresql": ("postgres", "postgres"), "mysql": ("mariadb_target", "mysqlcdc"),
+            "redis": ("redis_server", "0")}
+
+
 def target_settings(kind: str, request, **extra) -> tuple[MirrorSettings, object]:
-    server = request.getfixturevalue("postgres" if kind == "postgresql" else "mariadb_target")
-    database = "postgres" if kind == "postgresql" else "mysqlcdc"
-    return MirrorSettings(target=kind, host=server.host, port=server.port, user=server.user,
-                          password=server.password, database=database, **extra), server
+    fixture, database = FIXTURES[kind]
+    server = request.getfixturevalue(fixture)
+    return MirrorSettings(target=kind, host=server.host, port=server.port,
+                          user=getattr(server, "user", None), password=server.password,
+                          database=database, **extra), server
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "mysql"])
+@pytest.mark.parametrize("kind", ["postgresql", "mysql", "redis"])
 def test_mirror_equals_source(spark, mariadb, fresh_db, source_options, tmp_path, request, kind):
     start = str(binlog_position(mariadb))
     history = str(tmp_path / "history")
@@ -96,7 +101,12 @@ def test_mirror_equals_source(spark, mariadb, fresh_db, source_options, tmp_path
     finally:
         query.stop()
     assert query.exception() is None
-    assert_target_equals_source(mariadb, server, kind, fresh_db, ["v", "hot", "kept"])
+    assert_target_equals_source(mariadb, server, kind, fresh_db,
+                                ["hot", "kept"] if kind == "redis" else ["v", "hot", "kept"])
+    if kind == "redis":
+        assert not list(server.client().scan_iter(f"{fresh_db}:gone:*"))
+        assert int(server.client().hget(f"mysqlcdc:offsets:{settings.pipeline}", "batch_id")) >= 2
+        return
     assert not server.sql(f"SELECT 1 FROM information_schema.tables WHERE table_schema = "
                           f"'{fresh_db}' AND table_name = 'gone'")
     ledger = "public" if kind == "postgresql" else settings.database

@@ -67,7 +67,11 @@ def assert_postgres_equals_source(mariadb, pg, db: str, tables: list[str]) -> No
 
 
 def assert_target_equals_source(mariadb, server, kind: str, db: str, tables: list[str]) -> None:
-    """``kind`` postgresql: ``server`` is a PostgreSQL; mysql: a second MariaDB."""
+    """``kind`` postgresql: ``server`` is a PostgreSQL; mysql: a second MariaDB; redis: a
+    redis-server holding ``{db}:{table}:{pk}`` hashes (single-column integer keys here)."""
+    if kind == "redis":
+        assert_redis_equals_source(mariadb, server, db, tables)
+        return
     if kind == "postgresql":
         assert_postgres_equals_source(mariadb, server, db, tables)
         return
@@ -76,3 +80,21 @@ def assert_target_equals_source(mariadb, server, kind: str, db: str, tables: lis
         names2, got = source_rows(server, db, table)
         assert names2 == names, f"{db}.{table}: columns {names2} != {names}"
         assert got == want, f"{db}.{table}: target differs from the source"
+
+
+def assert_redis_equals_source(mariadb, server, db: str, tables: list[str]) -> None:
+    r = server.client()
+    for table in tables:
+        names, want = source_rows(mariadb, db, table)
+        expected = {}
+        for row in want:
+            fields = {n: _redis_text(v) for n, v in zip(names, row) if v is not None}
+            expected[f"{db}:{table}:{row[0]}".encode()] = {k.encode(): v for k, v in fields.items()}
+        got = {k: r.hgetall(k) for k in r.scan_iter(f"{db}:{table}:*")}
+        assert got == expected, f"{db}.{table}: redis differs from the source"
+
+
+def _redis_text(v) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    return str(v).encode()

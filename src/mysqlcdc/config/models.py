@@ -459,23 +459,35 @@ class MirrorSinkConfig(_Model):
     type: Literal["mirror"] = Field(
         "mirror", description="Sink type; set by the key of the sink mapping."
     )
-    target: Literal["postgresql", "mysql"] = Field(
-        description="The target database kind: `postgresql`, or `mysql` for MySQL and MariaDB."
+    target: Literal["postgresql", "mysql", "redis"] = Field(
+        description="The target: `postgresql`, `mysql` (MySQL and MariaDB) or `redis`."
     )
     host: str = Field("127.0.0.1", min_length=1, description="Target server host.")
     port: int | None = Field(
         None, ge=1, le=65535, description="Target server port; null: the target's default "
-        "(5432 for postgresql, 3306 for mysql)."
+        "(5432 for postgresql, 3306 for mysql, 6379 for redis)."
     )
-    user: str = Field(min_length=1, description="User to connect as.")
+    user: str | None = Field(
+        None, min_length=1, description="User to connect as; required for postgresql and "
+        "mysql; for redis an ACL user (null: the default user)."
+    )
     password_env: EnvVarName | None = Field(
         None, description="Environment variable holding the target user's password (read at "
         "load, never logged); null: no password."
     )
+    key_template: str = Field(
+        "{db}:{table}:{pk}", description="redis: the key of a row's hash over `{db}`, "
+        "`{table}` and `{pk}` (primary-key values joined by `:`); must end with `{pk}`."
+    )
+    ttl_s: float | None = Field(
+        None, gt=0, description="redis: expire every written key after this many seconds; "
+        "null: keys do not expire."
+    )
     database: str | None = Field(
         None, min_length=1, description="postgresql: the database to connect to (default "
         "`postgres`); source table `db.t` becomes table `t` in schema `db` there. mysql: the "
-        "database holding the ledger tables (default `mysqlcdc`); `db.t` becomes `db`.`t`."
+        "database holding the ledger tables (default `mysqlcdc`); `db.t` becomes `db`.`t`. "
+        "redis: the database number (default `0`)."
     )
     connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for a connection.")
     retry: ReconnectConfig = Field(
@@ -511,10 +523,22 @@ class MirrorSinkConfig(_Model):
         return self._password
 
     def target_port(self) -> int:
-        return self.port or {"postgresql": 5432, "mysql": 3306}[self.target]
+        return self.port or {"postgresql": 5432, "mysql": 3306, "redis": 6379}[self.target]
 
     def target_database(self) -> str:
-        return self.database or {"postgresql": "postgres", "mysql": "mysqlcdc"}[self.target]
+        return self.database or {"postgresql": "postgres", "mysql": "mysqlcdc",
+                                 "redis": "0"}[self.target]
+
+    @model_validator(mode="after")
+    def _target_options(self) -> Self:
+        if self.target in ("postgresql", "mysql") and self.user is None:
+            raise PydanticCustomError("mirror_user", "user is required for target {target}",
+                                      {"target": self.target})
+        if not self.key_template.endswith("{pk}"):
+            raise PydanticCustomError("key_template", "key_template must end with {pk}")
+        if self.target == "redis" and not self.target_database().isdigit():
+            raise PydanticCustomError("redis_db", "database must be a number for target redis")
+        return self
 
 
 _SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig]

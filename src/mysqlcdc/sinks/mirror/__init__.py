@@ -2,7 +2,8 @@
 
 ``start_mirror(df, settings, checkpoint=...)`` starts a ``foreachBatch`` query that
 applies each micro-batch as one target transaction (see :mod:`.writer`).
-Targets: PostgreSQL (:mod:`.postgresql`), MySQL/MariaDB (:mod:`.mysql`).
+Targets: PostgreSQL (:mod:`.postgresql`), MySQL/MariaDB (:mod:`.mysql`),
+Redis (:mod:`.redis`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ def make_target(settings: MirrorSettings):
         from mysqlcdc.sinks.mirror.mysql import MySQLTarget
 
         return MySQLTarget(settings)
+    if settings.target == "redis":
+        from mysqlcdc.sinks.mirror.redis import RedisTarget
+
+        return RedisTarget(settings)
     raise AssertionError(settings.target)   # MirrorSettings validates the name
 
 

@@ -8,7 +8,7 @@ from mysqlcdc.errors import ConfigError
 
 __all__ = ["MirrorSettings", "TARGETS", "from_sink_config"]
 
-TARGETS = ("postgresql", "mysql")
+TARGETS = ("postgresql", "mysql", "redis")
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,14 @@ class MirrorSettings:
     target: str
     host: str = "127.0.0.1"
     port: int = 5432
-    user: str = "postgres"
+    user: str | None = "postgres"
     password: str = ""
     database: str = "postgres"
     pipeline: str = "mysqlcdc"
     history_dir: str | None = None
     connect_timeout_s: float = 10.0
+    key_template: str = "{db}:{table}:{pk}"
+    ttl_s: float | None = None
     attempts: int = 8
     initial_delay_s: float = 0.5
     max_delay_s: float = 15.0
@@ -51,6 +53,7 @@ def from_sink_config(sink, pipeline: str, history_dir: str | None) -> MirrorSett
         target=sink.target, host=sink.host, port=sink.target_port(), user=sink.user,
         password=sink.password.reveal(), database=sink.target_database(), pipeline=pipeline,
         history_dir=history_dir, connect_timeout_s=sink.connect_timeout_s,
+        key_template=sink.key_template, ttl_s=sink.ttl_s,
         attempts=sink.retry.attempts, initial_delay_s=sink.retry.initial_delay_s,
         max_delay_s=sink.retry.max_delay_s,
     )
