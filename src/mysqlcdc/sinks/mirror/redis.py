@@ -60,8 +60,12 @@ class RedisTarget:
 
     def connect(self) -> None:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
+        # no client-side retries: the mirror's own backoff (logged, bounded) replays the batch
         self.r = redis.Redis(host=self.s.host, port=self.s.port, username=self.s.user or None,
+                             retry=Retry(NoBackoff(), 0),
                              password=self.s.password or None, db=int(self.s.database or 0),
                              socket_timeout=max(5.0, self.s.connect_timeout_s),
                              socket_connect_timeout=self.s.connect_timeout_s)
