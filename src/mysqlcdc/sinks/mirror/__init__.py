@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mysqlcdc.sinks.mirror.settings import MirrorSettings, from_sink_config
 
-__all__ = ["MirrorSettings", "start_mirror", "make_target", "from_sink_config"]
+__all__ = ["MirrorSettings", "start_mirror", "make_target", "from_sink_config", "read_position"]
 
 
 def make_target(settings: MirrorSettings):
@@ -36,10 +36,22 @@ def start_mirror(df, settings: MirrorSettings, *, checkpoint: str,
     """Start the query keeping ``settings``' target equal to the source tables."""
     from mysqlcdc.sinks.mirror.writer import foreach_batch
 
-    writer = (df.writeStream.foreachBatch(foreach_batch(settings, lambda: make_target(settings)))
+    writer = (df.writeStream.foreachBatch(foreach_batch(settings, lambda: make_target(settings),
+                                                        checkpoint))
               .option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=trigger_interval))
     if name:
         writer = writer.queryName(name)
     return writer.start()
+
+
+def read_position(settings: MirrorSettings) -> dict:
+    """What the target's ledger says: the last committed batch id, its end binlog position
+    (``file:pos``) and ``seq``, and the stopped tables. Every table of the target reflects
+    the source exactly up to that position (one transaction per batch), except stopped ones."""
+    from mysqlcdc.sinks.mirror.writer import run_with_retries
+
+    return run_with_retries(lambda: make_target(settings),
+                            lambda t: t.read_position(settings.pipeline), attempts=1,
+                            initial_delay_s=0, max_delay_s=0, what=f"{settings.target} mirror")

@@ -182,6 +182,23 @@ class MySQLTarget:
                 "code = VALUES(code), message = VALUES(message), seq = VALUES(seq)",
                 (pipeline, db, table, code, message, seq or None))
 
+    def read_position(self, pipeline: str) -> dict:
+        from mysqlcdc.sinks.mirror.postgresql import _position
+
+        if not self.table_exists(self.s.database, "mysqlcdc_offsets"):
+            return _position(None, [])
+        row = self._x(f"SELECT batch_id, position, CAST(seq AS CHAR), CAST(committed_at AS CHAR) "
+                      f"FROM {self._ledger}.mysqlcdc_offsets WHERE pipeline = %s",
+                      (pipeline,)).fetchone()
+        if row and row[0] < 0:
+            row = None
+        stopped = self._x(f"SELECT db, tbl, code, message, CAST(seq AS CHAR) FROM {self._ledger}"
+                          ".mysqlcdc_mirror_stopped WHERE pipeline = %s ORDER BY db, tbl",
+                          (pipeline,)).fetchall() \
+            if self.table_exists(self.s.database, "mysqlcdc_mirror_stopped") else []
+        self.conn.rollback()
+        return _position(row, stopped)
+
     # -- tables ---------------------------------------------------------------
     def table_exists(self, db: str, table: str) -> bool:
         return self._x("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "

@@ -168,6 +168,19 @@ class PostgresTarget:
                 "code = EXCLUDED.code, message = EXCLUDED.message, seq = EXCLUDED.seq",
                 (pipeline, db, table, code, message, seq or None))
 
+    def read_position(self, pipeline: str) -> dict:
+        """The ledger row and the stopped tables of ``pipeline`` (no transaction kept)."""
+        if not self.table_exists("public", "mysqlcdc_offsets"):
+            return {"batch_id": None, "position": None, "seq": None, "stopped": []}
+        row = self._x("SELECT batch_id, position, seq::text, committed_at::text FROM "
+                      "public.mysqlcdc_offsets WHERE pipeline = %s", (pipeline,)).fetchone()
+        stopped = self._x("SELECT db, tbl, code, message, seq::text FROM "
+                          "public.mysqlcdc_mirror_stopped WHERE pipeline = %s ORDER BY db, tbl",
+                          (pipeline,)).fetchall() \
+            if self.table_exists("public", "mysqlcdc_mirror_stopped") else []
+        self.conn.rollback()
+        return _position(row, stopped)
+
     # -- tables -----------------------------------------------------------------
     def _name(self, db: str, table: str):
         from psycopg import sql
@@ -272,6 +285,13 @@ class PostgresTarget:
             self._name(d.db, d.name),
             sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(n)) for n in pk))
         self._x(stmt, [tuple(_bind(cols[n], k[n]) for n in pk) for k in keys], many=True)
+
+
+def _position(row, stopped) -> dict:
+    return {"batch_id": row[0] if row else None, "position": row[1] if row else None,
+            "seq": row[2] if row else None, "committed_at": row[3] if row else None,
+            "stopped": [{"table": f"{d}.{t}", "code": c, "message": m, "seq": q}
+                        for d, t, c, m, q in stopped]}
 
 
 def _bind(col: ColumnDef, value):

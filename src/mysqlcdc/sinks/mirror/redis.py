@@ -149,6 +149,19 @@ class RedisTarget:
         self.queue.append(("hset", f"mysqlcdc:stopped:{pipeline}:{db}.{table}",
                            {"code": code, "message": message, "seq": seq}))
 
+    def read_position(self, pipeline: str) -> dict:
+        got = {k.decode(): v.decode() for k, v in
+               self._call(self.r.hgetall, self._offsets(pipeline)).items()}
+        stopped = []
+        for m in sorted(self._call(self.r.smembers, f"mysqlcdc:stopped:{pipeline}")):
+            db, table = json.loads(m)
+            info = {k.decode(): v.decode() for k, v in self._call(
+                self.r.hgetall, f"mysqlcdc:stopped:{pipeline}:{db}.{table}").items()}
+            stopped.append({"table": f"{db}.{table}", **info})
+        return {"batch_id": int(got["batch_id"]) if "batch_id" in got else None,
+                "position": got.get("position"), "seq": got.get("seq"), "committed_at": None,
+                "stopped": stopped}
+
     # -- tables ---------------------------------------------------------------
     def _prefix(self, db: str, table: str) -> str:
         t = self.s.key_template

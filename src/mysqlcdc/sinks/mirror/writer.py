@@ -179,9 +179,12 @@ def _loads(text):
 
 
 def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline: str,
-                definitions: Definitions) -> BatchResult:
+                definitions: Definitions, end_position: str | None = None) -> BatchResult:
     """Apply one batch of envelope rows (dicts with op, db, table, before, after, key,
-    file, pos, seq) to ``target`` in one transaction; see the module docstring."""
+    file, pos, seq) to ``target`` in one transaction; see the module docstring.
+
+    ``end_position``: the batch's end offset (``file:pos``, a transaction boundary) to
+    record in the ledger; default the position of the batch's last change."""
     ordered = sorted(rows, key=lambda r: Decimal(r["seq"]))
     result = BatchResult()
     committed, stopped = target.begin(pipeline)
@@ -269,6 +272,14 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
                 target.delete(definition, deletes)
             if upserts:
                 target.upsert(definition, upserts)
+        if not transactional and key not in known:
+            # CREATE TABLE commits implicitly: make the table outside any savepoint. Writes
+            # committed early by it are safe to repeat on replay (last value per key).
+            try:
+                definition_for(key, *changes.definition_at)
+            except TableRefused as err:
+                stop_unguarded(key, err, seq)
+                return
         guarded(key, seq, write)
 
     def schema_change(key: Key, rec: dict) -> None:
@@ -356,7 +367,7 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
             schema_change(key, r)
     for key in list(pending):
         flush(key, last["seq"])
-    position = f"{last['file']}:{last['pos']}" if last else ""
+    position = end_position or (f"{last['file']}:{last['pos']}" if last else "")
     target.commit(pipeline, batch_id, position, str(last["seq"]) if last else "")
     return result
 
@@ -396,20 +407,26 @@ def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target],
 _COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq")
 
 
-def foreach_batch(settings, make_target: Callable[[], Target]):
+def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str | None = None):
     """The function ``foreachBatch`` calls: collect the batch (bounded by the source's
-    batch size) as Arrow on the driver and apply it."""
+    batch size) as Arrow on the driver and apply it. With a local ``checkpoint`` the
+    ledger records the batch's end offset from Spark's offset log."""
+    from mysqlcdc.spark.checkpoint import batch_offset, local_dir
+
     definitions = Definitions(settings.history_dir)
+    local = local_dir(checkpoint) if checkpoint else None
 
     def run(df, batch_id: int) -> None:
         table = df.select(*[f"`{c}`" for c in _COLUMNS]).toArrow()
         rows = table.to_pylist()
         if not rows:
             return
+        end = batch_offset(local, batch_id) if local is not None else None
         result = run_with_retries(
             make_target,
             lambda t: apply_batch(t, rows, batch_id=batch_id, pipeline=settings.pipeline,
-                                  definitions=definitions),
+                                  definitions=definitions,
+                                  end_position=str(end) if end is not None else None),
             attempts=settings.attempts, initial_delay_s=settings.initial_delay_s,
             max_delay_s=settings.max_delay_s, what=f"{settings.target} mirror")
         log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
