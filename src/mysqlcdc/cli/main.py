@@ -112,21 +112,30 @@ def mirror_position(
     pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per mirror sink."),
 ) -> None:
-    """Print the binlog position each mirror target's last commit reflects."""
+    """Print the binlog position each mirror (and changelog_table) target's last commit
+    reflects."""
     import json
 
     from mysqlcdc.config.loader import load_pipeline
-    from mysqlcdc.config.models import MirrorSinkConfig
+    from dataclasses import replace
+
+    from mysqlcdc.config.models import ChangelogTableSinkConfig, MirrorSinkConfig
     from mysqlcdc.pipeline.runner import schema_history_dir
+    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
     from mysqlcdc.sinks.mirror import from_sink_config, read_position
 
     try:
         cfg = load_pipeline(pipeline)
         rows = []
         for index, sink in enumerate(cfg.sinks):
+            settings = None
             if isinstance(sink, MirrorSinkConfig):
                 settings = from_sink_config(sink, cfg.name, schema_history_dir(cfg, index))
-                rows.append({"sink": index, "target": sink.target,
+            elif isinstance(sink, ChangelogTableSinkConfig):
+                t = table_settings(sink, cfg.name, schema_history_dir(cfg, index))
+                settings = replace(t.target, pipeline=t.ledger_name)
+            if settings is not None:
+                rows.append({"sink": index, "type": sink.type, "target": sink.target,
                              "at": f"{settings.host}:{settings.port}",
                              **read_position(settings)})
     except MysqlcdcError as err:

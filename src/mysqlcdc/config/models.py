@@ -69,6 +69,7 @@ __all__ = [
     "ConsoleSinkConfig",
     "KafkaSinkConfig",
     "MirrorSinkConfig",
+    "ChangelogTableSinkConfig",
     "AnySinkConfig",
     "SINK_TYPES",
     "MAX_SERVER_ID",
@@ -448,20 +449,9 @@ class KafkaSinkConfig(_Model):
         return dict(self._secrets)
 
 
-class MirrorSinkConfig(_Model):
-    """The current state of every captured table kept live in a target database: each
-    micro-batch is reduced to the last change per key and applied in one target
-    transaction together with its row in ``mysqlcdc_offsets`` (a replayed batch changes
-    nothing). Schema changes and truncates are applied; a change the target cannot
-    apply stops that table (recorded in ``mysqlcdc_mirror_stopped``), the others flow.
-    See README "Mirror sink" for the type mapping."""
+class _TargetConnection(_Model):
+    """Connection settings shared by the sinks that write into a database server."""
 
-    type: Literal["mirror"] = Field(
-        "mirror", description="Sink type; set by the key of the sink mapping."
-    )
-    target: Literal["postgresql", "mysql", "redis"] = Field(
-        description="The target: `postgresql`, `mysql` (MySQL and MariaDB) or `redis`."
-    )
     host: str = Field("127.0.0.1", min_length=1, description="Target server host.")
     port: int | None = Field(
         None, ge=1, le=65535, description="Target server port; null: the target's default "
@@ -474,14 +464,6 @@ class MirrorSinkConfig(_Model):
     password_env: EnvVarName | None = Field(
         None, description="Environment variable holding the target user's password (read at "
         "load, never logged); null: no password."
-    )
-    key_template: str = Field(
-        "{db}:{table}:{pk}", description="redis: the key of a row's hash over `{db}`, "
-        "`{table}` and `{pk}` (primary-key values joined by `:`); must end with `{pk}`."
-    )
-    ttl_s: float | None = Field(
-        None, gt=0, description="redis: expire every written key after this many seconds; "
-        "null: keys do not expire."
     )
     database: str | None = Field(
         None, min_length=1, description="postgresql: the database to connect to (default "
@@ -506,7 +488,7 @@ class MirrorSinkConfig(_Model):
             raise PydanticCustomError(
                 "env_var_missing",
                 "environment variable {name} is not set; it must hold the password of "
-                "the mirror target user",
+                "the target user",
                 {"name": name},
             )
         return name
@@ -515,6 +497,13 @@ class MirrorSinkConfig(_Model):
     def _read_password(self, info: ValidationInfo) -> Self:
         if self.password_env is not None:
             self._password = Secret(context_env(info)[self.password_env])
+        return self
+
+    @model_validator(mode="after")
+    def _user_given(self) -> Self:
+        if self.target in ("postgresql", "mysql") and self.user is None:
+            raise PydanticCustomError("mirror_user", "user is required for target {target}",
+                                      {"target": self.target})
         return self
 
     @property
@@ -529,11 +518,32 @@ class MirrorSinkConfig(_Model):
         return self.database or {"postgresql": "postgres", "mysql": "mysqlcdc",
                                  "redis": "0"}[self.target]
 
+
+class MirrorSinkConfig(_TargetConnection):
+    """The current state of every captured table kept live in a target database: each
+    micro-batch is reduced to the last change per key and applied in one target
+    transaction together with its row in ``mysqlcdc_offsets`` (a replayed batch changes
+    nothing). Schema changes and truncates are applied; a change the target cannot
+    apply stops that table (recorded in ``mysqlcdc_mirror_stopped``), the others flow.
+    See README "Mirror the tables" for the type mapping."""
+
+    type: Literal["mirror"] = Field(
+        "mirror", description="Sink type; set by the key of the sink mapping."
+    )
+    target: Literal["postgresql", "mysql", "redis"] = Field(
+        description="The target: `postgresql`, `mysql` (MySQL and MariaDB) or `redis`."
+    )
+    key_template: str = Field(
+        "{db}:{table}:{pk}", description="redis: the key of a row's hash over `{db}`, "
+        "`{table}` and `{pk}` (primary-key values joined by `:`); must end with `{pk}`."
+    )
+    ttl_s: float | None = Field(
+        None, gt=0, description="redis: expire every written key after this many seconds; "
+        "null: keys do not expire."
+    )
+
     @model_validator(mode="after")
     def _target_options(self) -> Self:
-        if self.target in ("postgresql", "mysql") and self.user is None:
-            raise PydanticCustomError("mirror_user", "user is required for target {target}",
-                                      {"target": self.target})
         if not self.key_template.endswith("{pk}"):
             raise PydanticCustomError("key_template", "key_template must end with {pk}")
         if self.target == "redis" and not self.target_database().isdigit():
@@ -541,7 +551,27 @@ class MirrorSinkConfig(_Model):
         return self
 
 
-_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig]
+class ChangelogTableSinkConfig(_TargetConnection):
+    """FlexCDC-style changelog tables: per source table, a table in the target database
+    with every row change: the row's columns plus `dml_type` (+1/-1; an update is a -1 of
+    the old image and a +1 of the new), `uow_id` (transaction), `gsn` (global sequence
+    number, unique and increasing across tables), `server_id` and `binlog_position`.
+    Created and altered from the schema history; one transaction per batch with its
+    `mysqlcdc_offsets` row (`<pipeline>#changelog`)."""
+
+    type: Literal["changelog_table"] = Field(
+        "changelog_table", description="Sink type; set by the key of the sink mapping."
+    )
+    target: Literal["postgresql", "mysql"] = Field(
+        description="The target: `postgresql` or `mysql` (MySQL and MariaDB)."
+    )
+    table_suffix: str = Field(
+        "_changelog", min_length=1, description="Source table `t` is logged into `t<suffix>`."
+    )
+
+
+_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig,
+                   ChangelogTableSinkConfig]
 
 SINK_TYPES: dict[str, type[_Model]] = {
     cls.model_fields["type"].default: cls for cls in get_args(_SinkUnion)

@@ -68,6 +68,43 @@ def test_config(monkeypatch):
         _cfg({"target": "redis", "password_env": "NOPE"})
 
 
+def test_changelog_table_config_and_rows():
+    import json
+
+    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
+    from mysqlcdc.sinks.changelog_table.writer import changelog_rows
+
+    cfg = PipelineConfig.model_validate(
+        {"name": "x", "source": {"host": "h", "user": "u", "server_id": 5},
+         "spark": {"checkpoint": "/tmp/ck"},
+         "sinks": [{"changelog_table": {"target": "mysql", "user": "m"}}]}, context={"env": {}})
+    settings = table_settings(cfg.sinks[0], "x", None)
+    assert settings.suffix == "_changelog" and settings.ledger_name == "x#changelog"
+    with pytest.raises(ValidationError):
+        _cfg_sink({"changelog_table": {"target": "redis", "user": "m"}})
+    with pytest.raises(ValidationError):
+        _cfg_sink({"changelog_table": {"target": "mysql", "user": "m", "ttl_s": 5}})
+    base = {"db": "d", "table": "t", "file": "b.000001", "pos": 10, "txn_id": "0-1-5",
+            "server_id": 7}
+    rows = changelog_rows([
+        {**base, "op": "u", "before": '{"id": 1, "v": 1}', "after": '{"id": 1, "v": 2}',
+         "key": '{"id": 1}', "seq": Decimal(20)},
+        {**base, "op": "t", "before": None, "after": None, "key": None, "seq": Decimal(30)},
+        {**base, "op": "c", "after": '{"id": 2, "v": 3}', "before": None, "key": '{"id": 2}',
+         "seq": Decimal(12)},
+    ], "_changelog")
+    got = [(r["table"], json.loads(r["after"])["dml_type"], json.loads(r["after"])["gsn"],
+            json.loads(r["after"])["uow_id"], json.loads(r["after"])["v"]) for r in rows]
+    assert got == [("t_changelog", 1, "24", "12", 3), ("t_changelog", -1, "40", "12", 1),
+                   ("t_changelog", 1, "41", "12", 2)]
+
+
+def _cfg_sink(sink):
+    return PipelineConfig.model_validate(
+        {"name": "x", "source": {"host": "h", "user": "u", "server_id": 5},
+         "spark": {"checkpoint": "/tmp/ck"}, "sinks": [sink]}, context={"env": {}})
+
+
 class _Flaky:
     def __init__(self, errors):
         self.errors = errors

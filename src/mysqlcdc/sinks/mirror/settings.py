@@ -53,7 +53,8 @@ def from_sink_config(sink, pipeline: str, history_dir: str | None) -> MirrorSett
         target=sink.target, host=sink.host, port=sink.target_port(), user=sink.user,
         password=sink.password.reveal(), database=sink.target_database(), pipeline=pipeline,
         history_dir=history_dir, connect_timeout_s=sink.connect_timeout_s,
-        key_template=sink.key_template, ttl_s=sink.ttl_s,
+        key_template=getattr(sink, "key_template", MirrorSettings.key_template),
+        ttl_s=getattr(sink, "ttl_s", None),
         attempts=sink.retry.attempts, initial_delay_s=sink.retry.initial_delay_s,
         max_delay_s=sink.retry.max_delay_s,
     )

@@ -179,12 +179,15 @@ def _loads(text):
 
 
 def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline: str,
-                definitions: Definitions, end_position: str | None = None) -> BatchResult:
+                definitions: Definitions, end_position: str | None = None,
+                keep_on_create: bool = False) -> BatchResult:
     """Apply one batch of envelope rows (dicts with op, db, table, before, after, key,
     file, pos, seq) to ``target`` in one transaction; see the module docstring.
 
     ``end_position``: the batch's end offset (``file:pos``, a transaction boundary) to
-    record in the ledger; default the position of the batch's last change."""
+    record in the ledger; default the position of the batch's last change.
+    ``keep_on_create``: a created table whose target table exists keeps it (and its rows)
+    instead of replacing it (append-only changelog tables)."""
     ordered = sorted(rows, key=lambda r: Decimal(r["seq"]))
     result = BatchResult()
     committed, stopped = target.begin(pipeline)
@@ -298,6 +301,9 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
                 if not after.primary_key:
                     raise TableRefused("the table has no primary key; the mirror needs one")
                 if target.table_exists(*key):
+                    if keep_on_create:
+                        known[key] = after
+                        return
                     target.drop_table(*key)
                 target.create_table(after)
                 known[key] = after
@@ -404,31 +410,39 @@ def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target],
     raise AssertionError("unreachable")
 
 
-_COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq")
+_COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq", "txn_id",
+            "server_id")
 
 
-def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str | None = None):
+def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str | None = None,
+                  *, definitions: Definitions | None = None,
+                  transform: Callable[[list[dict]], list[dict]] | None = None,
+                  ledger_name: str | None = None, keep_on_create: bool = False):
     """The function ``foreachBatch`` calls: collect the batch (bounded by the source's
     batch size) as Arrow on the driver and apply it. With a local ``checkpoint`` the
-    ledger records the batch's end offset from Spark's offset log."""
+    ledger records the batch's end offset from Spark's offset log. ``transform`` turns
+    the envelope rows into the rows to apply (the changelog_table sink)."""
     from mysqlcdc.spark.checkpoint import batch_offset, local_dir
 
-    definitions = Definitions(settings.history_dir)
+    definitions = definitions or Definitions(settings.history_dir)
     local = local_dir(checkpoint) if checkpoint else None
+    name = ledger_name or settings.pipeline
 
     def run(df, batch_id: int) -> None:
         table = df.select(*[f"`{c}`" for c in _COLUMNS]).toArrow()
         rows = table.to_pylist()
+        if transform is not None:
+            rows = transform(rows)
         if not rows:
             return
         end = batch_offset(local, batch_id) if local is not None else None
         result = run_with_retries(
             make_target,
-            lambda t: apply_batch(t, rows, batch_id=batch_id, pipeline=settings.pipeline,
-                                  definitions=definitions,
+            lambda t: apply_batch(t, rows, batch_id=batch_id, pipeline=name,
+                                  definitions=definitions, keep_on_create=keep_on_create,
                                   end_position=str(end) if end is not None else None),
             attempts=settings.attempts, initial_delay_s=settings.initial_delay_s,
-            max_delay_s=settings.max_delay_s, what=f"{settings.target} mirror")
+            max_delay_s=settings.max_delay_s, what=f"{settings.target} {name}")
         log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
                  " (already applied)" if result.skipped else "")
     return run
