@@ -120,3 +120,17 @@ def test_wrong_password_fails_at_once(mariadb_target, my_settings):
     with pytest.raises(MirrorAuthError) as err:
         apply(bad, [Stream("x").ins("t", {"id": 1})], 0)
     assert "wrong-secret" not in str(err.value)
+
+
+def test_alter_replayed_after_its_commit_is_harmless(mariadb_target, my_settings, db):
+    """A crash after an ALTER committed (implicitly) but before its ledger mark replays it."""
+    s = Stream(db)
+    v1 = tdef(db, "r", ID, ColumnDef("n", "int", column_type="int(11)"))
+    v2 = tdef(db, "r", ID, ColumnDef("m", "int", column_type="int(11)"),
+              ColumnDef("c", "varchar", charset="utf8mb4", column_type="varchar(5)"))
+    apply(my_settings, [s.ddl("r", None, v1), s.ins("r", {"id": 1, "n": 1})], 0)
+    mariadb_target.sql(f"ALTER TABLE `{db}`.r RENAME COLUMN n TO m, ADD COLUMN c VARCHAR(5)")
+    res = apply(my_settings, [s.ddl("r", v1, v2), s.ins("r", {"id": 2, "m": 2, "c": "x"})], 1)
+    assert res.stopped == []
+    assert mariadb_target.sql(f"SELECT id, m, c FROM `{db}`.r ORDER BY id") == [
+        (1, 1, None), (2, 2, "x")]

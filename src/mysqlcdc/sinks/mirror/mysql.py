@@ -220,8 +220,21 @@ class MySQLTarget:
         self._x(f"RENAME TABLE {q(old[0])}.{q(old[1])} TO {q(new[0])}.{q(new[1])}")
 
     def alter_table(self, before: TableDef, after: TableDef, changes: list[ColumnChange]) -> None:
+        # Replayed after a crash between the DDL's implicit commit and the ledger mark, a
+        # change already made is left out (DDL here cannot roll back with the batch).
+        have = {r[0] for r in self._x(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND "
+            "table_name = %s", (after.db, after.name)).fetchall()}
+        pk_now = tuple(r[0] for r in self._x(
+            "SELECT column_name FROM information_schema.key_column_usage WHERE table_schema = %s "
+            "AND table_name = %s AND constraint_name = 'PRIMARY' ORDER BY ordinal_position",
+            (after.db, after.name)).fetchall())
         parts = []
         for ch in changes:
+            if ch.kind in ("rename", "drop") and ch.old_name not in have:
+                continue
+            if ch.kind == "add" and ch.column.name in have:
+                continue
             if ch.kind == "rename":
                 parts.append(f"RENAME COLUMN {q(ch.old_name)} TO {q(ch.column.name)}")
             elif ch.kind == "drop":
@@ -231,7 +244,7 @@ class MySQLTarget:
             elif ch.kind == "retype":
                 pk = " NOT NULL" if ch.column.is_primary_key else ""
                 parts.append(f"MODIFY COLUMN {q(ch.column.name)} {mysql_type(ch.column)}{pk}")
-        if before.primary_key != after.primary_key:
+        if before.primary_key != after.primary_key and pk_now != after.primary_key:
             parts += ["DROP PRIMARY KEY",
                       "ADD PRIMARY KEY (" + ", ".join(q(n) for n in after.primary_key) + ")"]
         if parts:
