@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Iterable, Protocol
 
-from mysqlcdc.errors import (MirrorAuthError, MirrorTableStoppedError, MirrorUnavailableError,
-                             TerminalError)
+from mysqlcdc.errors import MirrorAuthError, MirrorTableStoppedError, MirrorUnavailableError
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.schema.model import ColumnDef, TableDef
 from mysqlcdc.types import BinlogPosition
@@ -126,6 +125,9 @@ class Target(Protocol):
                    seq: str) -> None: ...
     def commit(self, pipeline: str, batch_id: int, position: str, seq: str) -> None: ...
     def rollback(self) -> None: ...
+    def read_position(self, pipeline: str) -> dict: ...
+    # targets whose DDL commits implicitly set ``transactional_ddl = False`` and add
+    # ``mark(pipeline, batch_id, seq)`` and ``partial(pipeline) -> (batch_id, seq) | None``
 
 
 class Definitions:
@@ -446,7 +448,3 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
         log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
                  " (already applied)" if result.skipped else "")
     return run
-
-
-def ensure_terminal(err: Exception) -> TerminalError:   # pragma: no cover - helper for targets
-    return err if isinstance(err, TerminalError) else TerminalError(str(err))
