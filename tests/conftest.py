@@ -64,3 +64,31 @@ def kafka():
     broker = Broker(os.environ.get("KAFKA_BOOTSTRAP") or None).start()
     yield broker
     broker.kill()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A private PostgreSQL 15 (temp datadir, free loopback port) for the mirror tests."""
+    from tests.support.postgres import PostgreSQL
+
+    server = PostgreSQL().start()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture(scope="session")
+def mariadb_target():
+    """A SECOND private mariadbd: the mirror's MySQL/MariaDB target (no binlog needed)."""
+    server = MariaDB().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A private redis-server (password, free loopback port) for the mirror tests."""
+    from tests.support.redis import RedisServer
+
+    server = RedisServer().start()
+    yield server
+    server.destroy()

@@ -28,10 +28,13 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── BinlogPurgedError
     │   │   ├── ServerIdInUseError
     │   │   └── AuthenticationError
-    │   └── ProtocolError               the server said something we do not accept
+    │   ├── ProtocolError               the server said something we do not accept
+    │   ├── MirrorTableStoppedError     a change a mirror target cannot apply (that table stops)
+    │   └── MirrorAuthError             a mirror target refused the credentials
     └── TransientError
         ├── ServerUnreachableError
-        └── ConnectionLostError
+        ├── ConnectionLostError
+        └── MirrorUnavailableError      a mirror target is down after every retry
 
 Every error carries ``hint``: one sentence that says what to do.
 """
@@ -63,6 +66,9 @@ __all__ = [
     "ConnectionLostError",
     "SchemaBootstrapError",
     "TableQuarantinedError",
+    "MirrorTableStoppedError",
+    "MirrorAuthError",
+    "MirrorUnavailableError",
 ]
 
 
@@ -264,3 +270,35 @@ class UnsupportedDdlError(SchemaError):
         super().__init__(message, hint=hint)
         self.tables = tables
         self.sql = sql
+
+
+class MirrorTableStoppedError(TerminalError):
+    """A change the mirror target cannot apply; that table stops, the others keep flowing.
+
+    Recorded in the target's ``mysqlcdc_mirror_stopped`` table (same transaction as the
+    batch); ``db``/``table`` name the source table.
+    """
+
+    code = "MIRROR_TABLE_STOPPED"
+    hint = ("Fix or recreate the target table, delete its row from mysqlcdc_mirror_stopped and "
+            "re-snapshot the table; the mirror skips it until then.")
+
+    def __init__(self, message: str, *, db: str = "", table: str = "", hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.db, self.table = db, table
+
+
+class MirrorAuthError(TerminalError):
+    """The mirror target refused the credentials."""
+
+    code = "MIRROR_AUTH_FAILED"
+    hint = ("Check the target user and the password in the environment variable named by "
+            "password_env.")
+
+
+class MirrorUnavailableError(TransientError):
+    """The mirror target could not be reached or dropped the connection, after every retry."""
+
+    code = "MIRROR_TARGET_UNAVAILABLE"
+    hint = ("Start the target server (or fix host/port); run the pipeline again: the batch is "
+            "replayed and applied exactly once.")

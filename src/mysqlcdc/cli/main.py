@@ -103,6 +103,57 @@ def decode(files: list[Path] = typer.Argument(..., help="Local binlog files, in 
         _fail(err)
 
 
+mirror_app = typer.Typer(no_args_is_help=True, help="Inspect a pipeline's mirror targets.")
+app.add_typer(mirror_app, name="mirror")
+
+
+@mirror_app.command("position")
+def mirror_position(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per mirror sink."),
+) -> None:
+    """Print the binlog position each mirror (and changelog_table) target's last commit
+    reflects."""
+    import json
+
+    from mysqlcdc.config.loader import load_pipeline
+    from dataclasses import replace
+
+    from mysqlcdc.config.models import ChangelogTableSinkConfig, MirrorSinkConfig
+    from mysqlcdc.pipeline.runner import schema_history_dir
+    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
+    from mysqlcdc.sinks.mirror import from_sink_config, read_position
+
+    try:
+        cfg = load_pipeline(pipeline)
+        rows = []
+        for index, sink in enumerate(cfg.sinks):
+            settings = None
+            if isinstance(sink, MirrorSinkConfig):
+                settings = from_sink_config(sink, cfg.name, schema_history_dir(cfg, index))
+            elif isinstance(sink, ChangelogTableSinkConfig):
+                t = table_settings(sink, cfg.name, schema_history_dir(cfg, index))
+                settings = replace(t.target, pipeline=t.ledger_name)
+            if settings is not None:
+                rows.append({"sink": index, "type": sink.type, "target": sink.target,
+                             "at": f"{settings.host}:{settings.port}",
+                             **read_position(settings)})
+    except MysqlcdcError as err:
+        _fail(err)
+    if as_json:
+        for r in rows:
+            sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
+        return
+    t = Table(title=f"mirror position of {cfg.name}")
+    for name in ("sink", "target", "batch", "position", "seq", "stopped tables"):
+        t.add_column(name, overflow="fold")
+    for r in rows:
+        stopped = "; ".join(f"{s['table']} ({s['code']})" for s in r["stopped"]) or "-"
+        t.add_row(str(r["sink"]), f"{r['target']} {r['at']}", str(r["batch_id"]),
+                  r["position"] or "-", r["seq"] or "-", stopped)
+    out.print(t)
+
+
 schema_app = typer.Typer(no_args_is_help=True,
                          help="Inspect and repair a pipeline's schema history.")
 app.add_typer(schema_app, name="schema")

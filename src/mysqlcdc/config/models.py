@@ -68,6 +68,8 @@ __all__ = [
     "ChangelogSinkConfig",
     "ConsoleSinkConfig",
     "KafkaSinkConfig",
+    "MirrorSinkConfig",
+    "ChangelogTableSinkConfig",
     "AnySinkConfig",
     "SINK_TYPES",
     "MAX_SERVER_ID",
@@ -447,7 +449,129 @@ class KafkaSinkConfig(_Model):
         return dict(self._secrets)
 
 
-_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig]
+class _TargetConnection(_Model):
+    """Connection settings shared by the sinks that write into a database server."""
+
+    host: str = Field("127.0.0.1", min_length=1, description="Target server host.")
+    port: int | None = Field(
+        None, ge=1, le=65535, description="Target server port; null: the target's default "
+        "(5432 for postgresql, 3306 for mysql, 6379 for redis)."
+    )
+    user: str | None = Field(
+        None, min_length=1, description="User to connect as; required for postgresql and "
+        "mysql; for redis an ACL user (null: the default user)."
+    )
+    password_env: EnvVarName | None = Field(
+        None, description="Environment variable holding the target user's password (read at "
+        "load, never logged); null: no password."
+    )
+    database: str | None = Field(
+        None, min_length=1, description="postgresql: the database to connect to (default "
+        "`postgres`); source table `db.t` becomes table `t` in schema `db` there. mysql: the "
+        "database holding the ledger tables (default `mysqlcdc`); `db.t` becomes `db`.`t`. "
+        "redis: the database number (default `0`)."
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, description="Seconds to wait for a connection.")
+    retry: ReconnectConfig = Field(
+        default_factory=lambda: ReconnectConfig(attempts=8, initial_delay_s=0.5, max_delay_s=15),
+        description="Retries of a batch whose target is unreachable or dropped the "
+        "connection (exponential backoff); after the last the pipeline stops with "
+        "MIRROR_TARGET_UNAVAILABLE and replays the batch when run again.",
+    )
+
+    _password: Secret = PrivateAttr(default_factory=lambda: Secret(""))
+
+    @field_validator("password_env")
+    @classmethod
+    def _env_var_is_set(cls, name: str | None, info: ValidationInfo) -> str | None:
+        if name is not None and name not in context_env(info):
+            raise PydanticCustomError(
+                "env_var_missing",
+                "environment variable {name} is not set; it must hold the password of "
+                "the target user",
+                {"name": name},
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _read_password(self, info: ValidationInfo) -> Self:
+        if self.password_env is not None:
+            self._password = Secret(context_env(info)[self.password_env])
+        return self
+
+    @model_validator(mode="after")
+    def _user_given(self) -> Self:
+        if self.target in ("postgresql", "mysql") and self.user is None:
+            raise PydanticCustomError("mirror_user", "user is required for target {target}",
+                                      {"target": self.target})
+        return self
+
+    @property
+    def password(self) -> Secret:
+        """The password read from ``password_env`` at load (empty when none is named)."""
+        return self._password
+
+    def target_port(self) -> int:
+        return self.port or {"postgresql": 5432, "mysql": 3306, "redis": 6379}[self.target]
+
+    def target_database(self) -> str:
+        return self.database or {"postgresql": "postgres", "mysql": "mysqlcdc",
+                                 "redis": "0"}[self.target]
+
+
+class MirrorSinkConfig(_TargetConnection):
+    """The current state of every captured table kept live in a target database: each
+    micro-batch is reduced to the last change per key and applied in one target
+    transaction together with its row in ``mysqlcdc_offsets`` (a replayed batch changes
+    nothing). Schema changes and truncates are applied; a change the target cannot
+    apply stops that table (recorded in ``mysqlcdc_mirror_stopped``), the others flow.
+    See README "Mirror the tables" for the type mapping."""
+
+    type: Literal["mirror"] = Field(
+        "mirror", description="Sink type; set by the key of the sink mapping."
+    )
+    target: Literal["postgresql", "mysql", "redis"] = Field(
+        description="The target: `postgresql`, `mysql` (MySQL and MariaDB) or `redis`."
+    )
+    key_template: str = Field(
+        "{db}:{table}:{pk}", description="redis: the key of a row's hash over `{db}`, "
+        "`{table}` and `{pk}` (primary-key values joined by `:`); must end with `{pk}`."
+    )
+    ttl_s: float | None = Field(
+        None, gt=0, description="redis: expire every written key after this many seconds; "
+        "null: keys do not expire."
+    )
+
+    @model_validator(mode="after")
+    def _target_options(self) -> Self:
+        if not self.key_template.endswith("{pk}"):
+            raise PydanticCustomError("key_template", "key_template must end with {pk}")
+        if self.target == "redis" and not self.target_database().isdigit():
+            raise PydanticCustomError("redis_db", "database must be a number for target redis")
+        return self
+
+
+class ChangelogTableSinkConfig(_TargetConnection):
+    """FlexCDC-style changelog tables: per source table, a table in the target database
+    with every row change: the row's columns plus `dml_type` (+1/-1; an update is a -1 of
+    the old image and a +1 of the new), `uow_id` (transaction), `gsn` (global sequence
+    number, unique and increasing across tables), `server_id` and `binlog_position`.
+    Created and altered from the schema history; one transaction per batch with its
+    `mysqlcdc_offsets` row (`<pipeline>#changelog`)."""
+
+    type: Literal["changelog_table"] = Field(
+        "changelog_table", description="Sink type; set by the key of the sink mapping."
+    )
+    target: Literal["postgresql", "mysql"] = Field(
+        description="The target: `postgresql` or `mysql` (MySQL and MariaDB)."
+    )
+    table_suffix: str = Field(
+        "_changelog", min_length=1, description="Source table `t` is logged into `t<suffix>`."
+    )
+
+
+_SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig,
+                   ChangelogTableSinkConfig]
 
 SINK_TYPES: dict[str, type[_Model]] = {
     cls.model_fields["type"].default: cls for cls in get_args(_SinkUnion)

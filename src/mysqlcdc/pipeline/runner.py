@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from mysqlcdc.capture.server import preflight
 from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig,
+                                    ChangelogTableSinkConfig, MirrorSinkConfig,
                                     PipelineConfig)
 from mysqlcdc.errors import ConfigError, ServerIdInUseError
 from mysqlcdc.protocol.connection import ConnectionSettings
@@ -146,6 +147,24 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
 
             q = start_kafka(df, from_sink_config(sink, cfg.name), checkpoint=checkpoint,
                             trigger_interval=trigger, write_tasks=sink.write_tasks, name=name)
+        elif isinstance(sink, MirrorSinkConfig):
+            from mysqlcdc.sinks.mirror import from_sink_config as mirror_settings, start_mirror
+
+            if history is None:
+                raise ConfigError(f"sink {index} (mirror) needs a local spark.checkpoint: it "
+                                  "reads table definitions from the schema history kept there")
+            q = start_mirror(df, mirror_settings(sink, cfg.name, history), checkpoint=checkpoint,
+                             trigger_interval=trigger, name=name)
+        elif isinstance(sink, ChangelogTableSinkConfig):
+            from mysqlcdc.sinks.changelog_table import (from_sink_config as table_settings,
+                                                        start_changelog_table)
+
+            if history is None:
+                raise ConfigError(f"sink {index} (changelog_table) needs a local "
+                                  "spark.checkpoint: it reads table definitions from the "
+                                  "schema history kept there")
+            q = start_changelog_table(df, table_settings(sink, cfg.name, history),
+                                      checkpoint=checkpoint, trigger_interval=trigger, name=name)
         else:  # pragma: no cover - the config model admits only known sinks
             raise ConfigError(f"sink type {sink.type!r} is not supported by this version")
         queries.append(q)

@@ -395,7 +395,7 @@ def _models(root: type[BaseModel]) -> set[type[BaseModel]]:
 
 def test_every_option_is_documented_and_strict() -> None:
     models = _models(PipelineConfig)
-    assert len(models) == 9   # + KafkaSinkConfig
+    assert len(models) == 11   # + KafkaSinkConfig, MirrorSinkConfig, ChangelogTableSinkConfig
     for model in models:
         assert issubclass(model, _Model) and model.model_config["extra"] == "forbid"
         assert model.__doc__ and model.__doc__.strip(), model

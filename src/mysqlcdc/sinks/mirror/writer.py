@@ -1,0 +1,450 @@
+"""The mirror's apply loop: one micro-batch of envelope rows -> one target transaction.
+
+Per batch (``apply_batch``), on the driver (``foreachBatch``):
+
+1. Rows are taken in ``seq`` order. Per table, row changes are reduced to the last
+   change per ``key`` (``c``/``u``/``r``: upsert of ``after``; ``d``: delete of the
+   key), so the target sees at most one write per key. A primary-key change arrives
+   as a ``d`` of the old key and a ``c`` of the new one (docs/ENVELOPE.md), which
+   this reduction applies correctly with no special case.
+2. A ``t`` (truncate) or ``s`` (schema change) record first flushes the table's
+   pending changes, then is applied: truncate empties the table; ``s`` compares the
+   definitions in ``before``/``after`` (create, drop, rename of the table — the new
+   name's record has a ``before`` naming the old table —, added, dropped, renamed and
+   retyped columns, a new primary key).
+3. A table first written by rows is created from the definition in force at that
+   row's position, read from the sink's schema history (``MirrorSettings.history_dir``).
+4. Everything, including the ``mysqlcdc_offsets`` row (pipeline, batch id, end
+   position), is one target transaction. A batch whose id the ledger already holds
+   is skipped, so a replayed batch changes nothing.
+
+A change the target refuses (a type it cannot hold, a retype it cannot cast) rolls
+that table back to its savepoint and records it in ``mysqlcdc_mirror_stopped``
+(:class:`MirrorTableStoppedError`); later batches skip the table; the others flow.
+Transient target failures (server down, connection dropped) retry the whole batch
+with exponential backoff on a new connection; wrong credentials fail at once.
+
+Memory: the batch's rows (bounded by ``source.max_events_per_batch``) and one dict
+per table of the reduced changes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Callable, Iterable, Protocol
+
+from mysqlcdc.errors import MirrorAuthError, MirrorTableStoppedError, MirrorUnavailableError
+from mysqlcdc.schema.history import SchemaHistory
+from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.types import BinlogPosition
+
+__all__ = ["apply_batch", "Target", "TableChanges", "ColumnChange", "diff_columns",
+           "Definitions", "BatchResult", "run_with_retries", "foreach_batch"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+ROW_OPS = ("c", "u", "r", "d")
+
+
+class RetryableTargetError(Exception):
+    """Raised by targets for a failure worth retrying on a new connection."""
+
+
+class TargetAuthError(Exception):
+    """Raised by targets when the credentials are refused."""
+
+
+class TableRefused(Exception):
+    """Raised by targets when one table's change cannot be applied (stops that table)."""
+
+
+@dataclass
+class ColumnChange:
+    kind: str                      # add | drop | rename | retype
+    column: ColumnDef | None = None
+    old_name: str | None = None
+
+
+def diff_columns(before: TableDef, after: TableDef) -> list[ColumnChange]:
+    """Column changes turning ``before`` into ``after`` (names compared exactly).
+
+    A column missing from ``after`` and a new one at the same ordinal with the same
+    ``column_type`` count as a rename (ALTER ... RENAME/CHANGE COLUMN); otherwise drop + add.
+    """
+    old = {c.name: c for c in before.columns}
+    new = {c.name: c for c in after.columns}
+    gone = [c for c in before.columns if c.name not in new]
+    added = [c for c in after.columns if c.name not in old]
+    out: list[ColumnChange] = []
+    old_pos = {c.name: i for i, c in enumerate(before.columns)}
+    new_pos = {c.name: i for i, c in enumerate(after.columns)}
+    for g in list(gone):
+        for a in added:
+            if old_pos[g.name] == new_pos[a.name] and _same_type(g, a):
+                out.append(ColumnChange("rename", a, g.name))
+                gone.remove(g)
+                added.remove(a)
+                break
+    out += [ColumnChange("drop", None, g.name) for g in gone]
+    for name, col in new.items():
+        if name in old and not _same_type(old[name], col):
+            out.append(ColumnChange("retype", col, name))
+    out += [ColumnChange("add", a) for a in added]
+    return out
+
+
+def _same_type(a: ColumnDef, b: ColumnDef) -> bool:
+    return ((a.column_type or a.data_type), a.unsigned, a.charset == "binary") == \
+        ((b.column_type or b.data_type), b.unsigned, b.charset == "binary")
+
+
+class Target(Protocol):
+    """What a mirror target implements (see postgresql.py). Every method runs inside
+    the batch transaction opened by :meth:`begin`."""
+
+    def connect(self) -> None: ...
+    def close(self) -> None: ...
+    def begin(self, pipeline: str) -> tuple[int | None, set[Key]]: ...
+    def table_exists(self, db: str, table: str) -> bool: ...
+    def create_table(self, definition: TableDef) -> None: ...
+    def drop_table(self, db: str, table: str) -> None: ...
+    def rename_table(self, old: Key, new: Key) -> None: ...
+    def alter_table(self, before: TableDef, after: TableDef, changes: list[ColumnChange]) -> None: ...
+    def truncate(self, db: str, table: str) -> None: ...
+    def upsert(self, definition: TableDef, rows: list[dict]) -> None: ...
+    def delete(self, definition: TableDef, keys: list[dict]) -> None: ...
+    def savepoint(self) -> None: ...
+    def rollback_savepoint(self) -> None: ...
+    def release_savepoint(self) -> None: ...
+    def stop_table(self, pipeline: str, db: str, table: str, code: str, message: str,
+                   seq: str) -> None: ...
+    def commit(self, pipeline: str, batch_id: int, position: str, seq: str) -> None: ...
+    def rollback(self) -> None: ...
+    def read_position(self, pipeline: str) -> dict: ...
+    # targets whose DDL commits implicitly set ``transactional_ddl = False`` and add
+    # ``mark(pipeline, batch_id, seq)`` and ``partial(pipeline) -> (batch_id, seq) | None``
+
+
+class Definitions:
+    """Table definitions at a binlog position, from the sink's schema history folder,
+    plus the ``s`` records of the batches seen so far (which carry definitions too)."""
+
+    def __init__(self, history_dir: str | None,
+                 fallback: Callable[[str, str], TableDef | None] | None = None) -> None:
+        self.history = SchemaHistory(history_dir) if history_dir else None
+        self.fallback = fallback
+        self.latest: dict[Key, TableDef] = {}
+
+    def refresh(self) -> None:
+        if self.history is not None:
+            self.history.reload()
+
+    def at(self, db: str, table: str, file: str, pos: int) -> TableDef | None:
+        if self.history is not None:
+            found = self.history.definition(db, table, BinlogPosition.of(file, pos))
+            if found is not None:
+                return found
+        if (db, table) in self.latest:
+            return self.latest[(db, table)]
+        return self.fallback(db, table) if self.fallback else None
+
+
+@dataclass
+class TableChanges:
+    """Reduced row changes of one table since its last flush: last change per key."""
+
+    definition_at: tuple[str, int] | None = None     # (file, pos) of the first row
+    last: dict[str, tuple[str, dict | None, dict]] = field(default_factory=dict)
+    # key JSON -> (op, after image or None, key object)
+
+    def add(self, op: str, key_text: str, after: dict | None, key: dict, file: str, pos: int):
+        if self.definition_at is None:
+            self.definition_at = (file, pos)
+        self.last.pop(key_text, None)          # keep dict order = order of last change
+        self.last[key_text] = (op, after, key)
+
+
+@dataclass
+class BatchResult:
+    skipped: bool = False
+    rows: int = 0
+    stopped: list[Key] = field(default_factory=list)
+
+
+def _loads(text):
+    return None if text is None else json.loads(text)
+
+
+def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline: str,
+                definitions: Definitions, end_position: str | None = None,
+                keep_on_create: bool = False) -> BatchResult:
+    """Apply one batch of envelope rows (dicts with op, db, table, before, after, key,
+    file, pos, seq) to ``target`` in one transaction; see the module docstring.
+
+    ``end_position``: the batch's end offset (``file:pos``, a transaction boundary) to
+    record in the ledger; default the position of the batch's last change.
+    ``keep_on_create``: a created table whose target table exists keeps it (and its rows)
+    instead of replacing it (append-only changelog tables)."""
+    ordered = sorted(rows, key=lambda r: Decimal(r["seq"]))
+    result = BatchResult()
+    committed, stopped = target.begin(pipeline)
+    if committed is not None and committed >= batch_id:
+        target.rollback()
+        log.info("mirror: batch %d already committed (ledger at %d); skipped", batch_id, committed)
+        result.skipped = True
+        return result
+    resume_after = None
+    if not getattr(target, "transactional_ddl", True):
+        mark = target.partial(pipeline)
+        if mark is not None and mark[0] == batch_id:
+            resume_after = Decimal(mark[1])        # a replay of a batch cut by its DDL
+            ordered = [r for r in ordered if Decimal(r["seq"]) > resume_after]
+    definitions.refresh()
+    pending: dict[Key, TableChanges] = {}
+    known: dict[Key, TableDef] = {}
+
+    def stop(key: Key, err: Exception, seq) -> None:
+        target.rollback_savepoint()
+        message = f"{key[0]}.{key[1]}: {err}"
+        target.stop_table(pipeline, key[0], key[1], MirrorTableStoppedError.code, message, str(seq))
+        stopped.add(key)
+        result.stopped.append(key)
+        pending.pop(key, None)
+        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
+
+    transactional = getattr(target, "transactional_ddl", True)
+
+    def guarded(key: Key, seq, action: Callable[[], None], *, ddl: bool = False) -> None:
+        if ddl and not transactional:
+            # DDL commits implicitly here: first everything before it, with a ledger mark
+            # saying how far this batch got, so a replay resumes after it (see begin()).
+            for other in list(pending):
+                flush(other, seq)
+            target.mark(pipeline, batch_id, str(Decimal(seq) - 1))
+            try:
+                action()
+            except TableRefused as err:
+                target.rollback()
+                stop_unguarded(key, err, seq)
+            target.mark(pipeline, batch_id, str(seq))
+            return
+        target.savepoint()
+        try:
+            action()
+        except TableRefused as err:
+            stop(key, err, seq)
+        else:
+            target.release_savepoint()
+
+    def stop_unguarded(key: Key, err: Exception, seq) -> None:
+        message = f"{key[0]}.{key[1]}: {err}"
+        target.stop_table(pipeline, key[0], key[1], MirrorTableStoppedError.code, message, str(seq))
+        stopped.add(key)
+        result.stopped.append(key)
+        pending.pop(key, None)
+        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
+
+    def definition_for(key: Key, file: str, pos: int) -> TableDef:
+        if key in known:
+            return known[key]
+        found = definitions.at(key[0], key[1], file, pos)
+        if found is None:
+            raise TableRefused("no definition of the table in the schema history")
+        if not found.primary_key:
+            raise TableRefused("the table has no primary key; the mirror needs one")
+        if not target.table_exists(*key):
+            target.create_table(found)
+        known[key] = found
+        return found
+
+    def flush(key: Key, seq) -> None:
+        changes = pending.pop(key, None)
+        if not changes or not changes.last:
+            return
+
+        def write() -> None:
+            definition = definition_for(key, *changes.definition_at)
+            pk = definition.primary_key
+            upserts = [after for op, after, _ in changes.last.values() if op != "d"]
+            deletes = [{c: k.get(c) for c in pk} for op, _, k in changes.last.values() if op == "d"]
+            # deletes first: a key deleted then re-inserted in the batch keeps only its upsert
+            if deletes:
+                target.delete(definition, deletes)
+            if upserts:
+                target.upsert(definition, upserts)
+        if not transactional and key not in known:
+            # CREATE TABLE commits implicitly: make the table outside any savepoint. Writes
+            # committed early by it are safe to repeat on replay (last value per key).
+            try:
+                definition_for(key, *changes.definition_at)
+            except TableRefused as err:
+                stop_unguarded(key, err, seq)
+                return
+        guarded(key, seq, write)
+
+    def schema_change(key: Key, rec: dict) -> None:
+        before = _def(rec["before"])
+        after = _def(rec["after"])
+
+        def run() -> None:
+            if after is None:                      # dropped
+                if target.table_exists(*key):
+                    target.drop_table(*key)
+                known.pop(key, None)
+                definitions.latest.pop(key, None)
+                return
+            definitions.latest[key] = after
+            if before is None:                     # created
+                if not after.primary_key:
+                    raise TableRefused("the table has no primary key; the mirror needs one")
+                if target.table_exists(*key):
+                    if keep_on_create:
+                        known[key] = after
+                        return
+                    target.drop_table(*key)
+                target.create_table(after)
+                known[key] = after
+                return
+            old_key = (before.db, before.name)
+            if old_key != key:                     # renamed here from old_key
+                known.pop(old_key, None)
+                definitions.latest.pop(old_key, None)
+                if not target.table_exists(*old_key):
+                    known.pop(key, None)
+                    return
+                if target.table_exists(*key):
+                    target.drop_table(*key)
+                target.rename_table(old_key, key)
+            elif not target.table_exists(*key):    # never written yet: created when rows come
+                known.pop(key, None)
+                return
+            if not after.primary_key:
+                raise TableRefused("the primary key was dropped; the mirror needs one")
+            changes = diff_columns(before, after)
+            if changes or before.primary_key != after.primary_key:
+                target.alter_table(before, after, changes)
+            known[key] = after
+        guarded(key, rec["seq"], run, ddl=True)
+
+    # A rename gives, at one position, a record for the old name (after null) and one for
+    # the new name whose ``before`` names the old table: the old name's record is no drop.
+    renamed_away: set[tuple[str, int, str, str]] = set()
+    for r in ordered:
+        if r["op"] == "s" and r["before"] is not None and r["after"] is not None:
+            b = json.loads(r["before"])
+            if (b["db"], b["table"]) != (r["db"], r["table"]):
+                renamed_away.add((r["file"], r["pos"], b["db"], b["table"]))
+
+    last = None
+    for r in ordered:
+        key = (r["db"], r["table"])
+        last = r
+        op = r["op"]
+        if op in ROW_OPS:
+            if key in stopped:
+                continue
+            result.rows += 1
+            key_obj = _loads(r["key"]) or {}
+            tc = pending.setdefault(key, TableChanges())
+            tc.add(op, r["key"], _loads(r["after"]) if op != "d" else None, key_obj,
+                   r["file"], r["pos"])
+        elif op == "t":
+            if key in stopped:
+                continue
+            pending.pop(key, None)               # changes before a truncate do not matter
+            guarded(key, r["seq"], lambda k=key: target.table_exists(*k) and target.truncate(*k))
+        elif op == "s":
+            if r["after"] is None and (r["file"], r["pos"], *key) in renamed_away:
+                flush(key, r["seq"])             # its rows land before the rename
+                continue
+            before = _def(r["before"])
+            old_key = (before.db, before.name) if before is not None else key
+            if key in stopped or old_key in stopped:
+                if old_key in stopped and key not in stopped:   # stays stopped when renamed
+                    stopped.add(key)
+                    target.stop_table(pipeline, key[0], key[1], MirrorTableStoppedError.code,
+                                      f"renamed from the stopped table {old_key[0]}.{old_key[1]}",
+                                      str(r["seq"]))
+                continue
+            flush(key, r["seq"])
+            schema_change(key, r)
+    for key in list(pending):
+        flush(key, last["seq"])
+    position = end_position or (f"{last['file']}:{last['pos']}" if last else "")
+    target.commit(pipeline, batch_id, position, str(last["seq"]) if last else "")
+    return result
+
+
+def _def(text) -> TableDef | None:
+    return None if text is None else TableDef.from_json(json.loads(text))
+
+
+def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target], BatchResult],
+                     *, attempts: int, initial_delay_s: float, max_delay_s: float,
+                     what: str = "mirror target", sleep=time.sleep) -> BatchResult:
+    """Run ``work`` on a fresh connection; retry transient failures with backoff."""
+    delay = initial_delay_s
+    for attempt in range(1, attempts + 1):
+        target = make_target()
+        try:
+            target.connect()
+            return work(target)
+        except TargetAuthError as err:
+            raise MirrorAuthError(f"{what} refused the credentials: {err}") from None
+        except RetryableTargetError as err:
+            if attempt == attempts:
+                raise MirrorUnavailableError(
+                    f"{what} unavailable after {attempts} attempts: {err}") from None
+            log.warning("mirror: %s failed (attempt %d/%d): %s; retrying in %.1fs",
+                        what, attempt, attempts, err, delay)
+            sleep(delay)
+            delay = min(delay * 2, max_delay_s)
+        finally:
+            try:
+                target.close()
+            except Exception:   # noqa: BLE001 - the connection may be gone already
+                pass
+    raise AssertionError("unreachable")
+
+
+_COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq", "txn_id",
+            "server_id")
+
+
+def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str | None = None,
+                  *, definitions: Definitions | None = None,
+                  transform: Callable[[list[dict]], list[dict]] | None = None,
+                  ledger_name: str | None = None, keep_on_create: bool = False):
+    """The function ``foreachBatch`` calls: collect the batch (bounded by the source's
+    batch size) as Arrow on the driver and apply it. With a local ``checkpoint`` the
+    ledger records the batch's end offset from Spark's offset log. ``transform`` turns
+    the envelope rows into the rows to apply (the changelog_table sink)."""
+    from mysqlcdc.spark.checkpoint import batch_offset, local_dir
+
+    definitions = definitions or Definitions(settings.history_dir)
+    local = local_dir(checkpoint) if checkpoint else None
+    name = ledger_name or settings.pipeline
+
+    def run(df, batch_id: int) -> None:
+        table = df.select(*[f"`{c}`" for c in _COLUMNS]).toArrow()
+        rows = table.to_pylist()
+        if transform is not None:
+            rows = transform(rows)
+        if not rows:
+            return
+        end = batch_offset(local, batch_id) if local is not None else None
+        result = run_with_retries(
+            make_target,
+            lambda t: apply_batch(t, rows, batch_id=batch_id, pipeline=name,
+                                  definitions=definitions, keep_on_create=keep_on_create,
+                                  end_position=str(end) if end is not None else None),
+            attempts=settings.attempts, initial_delay_s=settings.initial_delay_s,
+            max_delay_s=settings.max_delay_s, what=f"{settings.target} {name}")
+        log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
+                 " (already applied)" if result.skipped else "")
+    return run

@@ -1,0 +1,134 @@
+"""Mirror core without a server: column diffs, value conversion, config checks, retries."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from decimal import Decimal
+
+import pytest
+from pydantic import ValidationError
+
+from mysqlcdc.config.models import PipelineConfig
+from mysqlcdc.errors import MirrorAuthError, MirrorUnavailableError
+from mysqlcdc.schema.model import ColumnDef as C, TableDef as T
+from mysqlcdc.sinks.mirror import from_sink_config
+from mysqlcdc.sinks.mirror.values import parse_time, python_value
+from mysqlcdc.sinks.mirror.writer import (RetryableTargetError, TargetAuthError, diff_columns,
+                                          run_with_retries)
+
+pytestmark = pytest.mark.unit
+
+ID = C("id", "int", is_primary_key=True, column_type="int(11)")
+
+
+def test_diff_rename_drop_add_retype():
+    before = T("d", "t", (ID, C("a", "varchar", column_type="varchar(5)"),
+                          C("b", "int", column_type="int(11)"), C("c", "int", column_type="int(11)")))
+    after = T("d", "t", (ID, C("a2", "varchar", column_type="varchar(5)"),
+                         C("c", "bigint", column_type="bigint(20)"), C("z", "date")))
+    kinds = [(ch.kind, ch.old_name, ch.column.name if ch.column else None)
+             for ch in diff_columns(before, after)]
+    assert kinds == [("rename", "a", "a2"), ("drop", "b", None), ("retype", "c", "c"),
+                     ("add", None, "z")]
+
+
+def test_values():
+    assert python_value(C("d", "decimal"), "-1.50") == Decimal("-1.50")
+    assert python_value(C("d", "date"), "0000-00-00") is None
+    assert python_value(C("d", "date"), "2024-02-30") is None
+    assert python_value(C("d", "date"), "0000-00-00", zero_dates="keep") == "0000-00-00"
+    assert python_value(C("d", "date"), "2024-02-29") == date(2024, 2, 29)
+    assert python_value(C("s", "set"), ["a", "b"]) == "a,b"
+    assert python_value(C("b", "blob"), "AP8=") == b"\x00\xff"
+    assert parse_time("-838:59:59.5") == -timedelta(hours=838, minutes=59, seconds=59,
+                                                    microseconds=500000)
+
+
+def _cfg(sink, env=None):
+    return PipelineConfig.model_validate(
+        {"name": "x", "source": {"host": "h", "user": "u", "server_id": 5},
+         "spark": {"checkpoint": "/tmp/ck"}, "sinks": [{"mirror": sink}]},
+        context={"env": env or {}})
+
+
+def test_config(monkeypatch):
+    monkeypatch.setenv("MIRROR_PW", "s3cret-value")
+    cfg = _cfg({"target": "postgresql", "user": "m", "password_env": "MIRROR_PW"},
+               {"MIRROR_PW": "s3cret-value"})
+    settings = from_sink_config(cfg.sinks[0], "x", "/tmp/h")
+    assert settings.password == "s3cret-value" and settings.port == 5432
+    assert "s3cret" not in repr(settings) and "s3cret" not in cfg.model_dump_json()
+    with pytest.raises(ValidationError, match="user is required"):
+        _cfg({"target": "mysql"})
+    with pytest.raises(ValidationError, match="must end with"):
+        _cfg({"target": "redis", "key_template": "{pk}:{db}"})
+    with pytest.raises(ValidationError):
+        _cfg({"target": "delta", "user": "u"})
+    with pytest.raises(ValidationError, match="NOPE"):
+        _cfg({"target": "redis", "password_env": "NOPE"})
+
+
+def test_changelog_table_config_and_rows():
+    import json
+
+    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
+    from mysqlcdc.sinks.changelog_table.writer import changelog_rows
+
+    cfg = PipelineConfig.model_validate(
+        {"name": "x", "source": {"host": "h", "user": "u", "server_id": 5},
+         "spark": {"checkpoint": "/tmp/ck"},
+         "sinks": [{"changelog_table": {"target": "mysql", "user": "m"}}]}, context={"env": {}})
+    settings = table_settings(cfg.sinks[0], "x", None)
+    assert settings.suffix == "_changelog" and settings.ledger_name == "x#changelog"
+    with pytest.raises(ValidationError):
+        _cfg_sink({"changelog_table": {"target": "redis", "user": "m"}})
+    with pytest.raises(ValidationError):
+        _cfg_sink({"changelog_table": {"target": "mysql", "user": "m", "ttl_s": 5}})
+    base = {"db": "d", "table": "t", "file": "b.000001", "pos": 10, "txn_id": "0-1-5",
+            "server_id": 7}
+    rows = changelog_rows([
+        {**base, "op": "u", "before": '{"id": 1, "v": 1}', "after": '{"id": 1, "v": 2}',
+         "key": '{"id": 1}', "seq": Decimal(20)},
+        {**base, "op": "t", "before": None, "after": None, "key": None, "seq": Decimal(30)},
+        {**base, "op": "c", "after": '{"id": 2, "v": 3}', "before": None, "key": '{"id": 2}',
+         "seq": Decimal(12)},
+    ], "_changelog")
+    got = [(r["table"], json.loads(r["after"])["dml_type"], json.loads(r["after"])["gsn"],
+            json.loads(r["after"])["uow_id"], json.loads(r["after"])["v"]) for r in rows]
+    assert got == [("t_changelog", 1, "24", "12", 3), ("t_changelog", -1, "40", "12", 1),
+                   ("t_changelog", 1, "41", "12", 2)]
+
+
+def _cfg_sink(sink):
+    return PipelineConfig.model_validate(
+        {"name": "x", "source": {"host": "h", "user": "u", "server_id": 5},
+         "spark": {"checkpoint": "/tmp/ck"}, "sinks": [sink]}, context={"env": {}})
+
+
+class _Flaky:
+    def __init__(self, errors):
+        self.errors = errors
+
+    def connect(self):
+        if self.errors:
+            raise self.errors.pop(0)
+
+    def close(self):
+        pass
+
+
+def test_retries_then_names_errors():
+    sleeps = []
+    errors = [RetryableTargetError("down"), RetryableTargetError("down")]
+    assert run_with_retries(lambda: _Flaky(errors), lambda t: "ok", attempts=3,
+                            initial_delay_s=0.5, max_delay_s=0.8, sleep=sleeps.append) == "ok"
+    assert sleeps == [0.5, 0.8]
+    with pytest.raises(MirrorUnavailableError):
+        run_with_retries(lambda: _Flaky([RetryableTargetError("x")] * 5), lambda t: "ok",
+                         attempts=2, initial_delay_s=0, max_delay_s=0, sleep=lambda s: None)
+    calls = []
+    with pytest.raises(MirrorAuthError):
+        run_with_retries(lambda: calls.append(1) or _Flaky([TargetAuthError("no")]),
+                         lambda t: "ok", attempts=5, initial_delay_s=0, max_delay_s=0,
+                         sleep=lambda s: None)
+    assert calls == [1]                      # no retry on wrong credentials
