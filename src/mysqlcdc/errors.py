@@ -69,6 +69,7 @@ __all__ = [
     "MirrorTableStoppedError",
     "MirrorAuthError",
     "MirrorUnavailableError",
+    "ChangelogWriteError",
 ]
 
 
@@ -302,3 +303,11 @@ class MirrorUnavailableError(TransientError):
     code = "MIRROR_TARGET_UNAVAILABLE"
     hint = ("Start the target server (or fix host/port); run the pipeline again: the batch is "
             "replayed and applied exactly once.")
+
+
+class ChangelogWriteError(TransientError):
+    """The changelog's storage refused a write (disk full, permissions, a lost mount)."""
+
+    code = "CHANGELOG_WRITE_FAILED"
+    hint = ("Fix the storage (space, permissions, mount) and run the pipeline again: the "
+            "batch is replayed and committed exactly once.")

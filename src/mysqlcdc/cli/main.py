@@ -154,6 +154,87 @@ def mirror_position(
     out.print(t)
 
 
+changelog_app = typer.Typer(no_args_is_help=True,
+                            help="Check and maintain a pipeline's changelog sinks.")
+app.add_typer(changelog_app, name="changelog")
+
+
+def _changelog_sinks(pipeline: Path, sink: Optional[int]):
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.config.models import ChangelogSinkConfig
+    from mysqlcdc.errors import ConfigError
+    from mysqlcdc.sinks.changelog import from_sink_config
+
+    cfg = load_pipeline(pipeline)
+    found = [(i, from_sink_config(s, cfg.name, i)) for i, s in enumerate(cfg.sinks)
+             if isinstance(s, ChangelogSinkConfig) and (sink is None or sink == i)]
+    if not found:
+        raise ConfigError(f"{pipeline} has no changelog sink"
+                          + (f" at index {sink}" if sink is not None else ""))
+    return found
+
+
+_SINK_OPTION = typer.Option(None, "--sink", help="Only the changelog sink at this index.")
+
+
+@changelog_app.command("check")
+def changelog_check(pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+                    sink: Optional[int] = _SINK_OPTION) -> None:
+    """Committed files and changes, leftover files of killed batches, and what a plain
+    Parquet reader of the folder would see. Exits 1 when a plain reader is not exact."""
+    from mysqlcdc.sinks.changelog.maintenance import check
+
+    exact = True
+    try:
+        for index, settings in _changelog_sinks(pipeline, sink):
+            result = check(settings)
+            exact = exact and result.exact
+            out.print(f"changelog {index}: {result.line()}", highlight=False, soft_wrap=True)
+    except MysqlcdcError as err:
+        _fail(err)
+    if not exact:
+        raise typer.Exit(1)
+
+
+@changelog_app.command("compact")
+def changelog_compact(pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+                      sink: Optional[int] = _SINK_OPTION) -> None:
+    """Delta: expire changes past `retention`, merge small files, vacuum replaced ones."""
+    from mysqlcdc.sinks.changelog.maintenance import maintain_delta
+
+    try:
+        for index, settings in _changelog_sinks(pipeline, sink):
+            if settings.format != "delta":
+                out.print(f"changelog {index}: parquet cannot be compacted safely (Spark's "
+                          "metadata log lists every file); use format: delta", highlight=False)
+                continue
+            out.print(f"changelog {index}: {maintain_delta(settings).line()}", highlight=False)
+    except MysqlcdcError as err:
+        _fail(err)
+
+
+@changelog_app.command("vacuum")
+def changelog_vacuum(pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
+                     sink: Optional[int] = _SINK_OPTION) -> None:
+    """Delta: delete files no version within `vacuum_after` needs. Parquet: delete the
+    leftover files of killed batches (safe while the pipeline runs)."""
+    from mysqlcdc.sinks.changelog.maintenance import maintain_delta, remove_orphans
+
+    try:
+        for index, settings in _changelog_sinks(pipeline, sink):
+            if settings.format == "delta":
+                done = maintain_delta(settings, compact=False)
+                line = f"vacuumed {done.vacuumed} file(s)"
+                if done.deleted_rows:
+                    line = f"expired {done.deleted_rows} change(s), {line}"
+            else:
+                line = (f"removed {len(remove_orphans(settings.path, settled_only=True))} "
+                        "file(s) of killed batches")
+            out.print(f"changelog {index}: {line}", highlight=False)
+    except MysqlcdcError as err:
+        _fail(err)
+
+
 schema_app = typer.Typer(no_args_is_help=True,
                          help="Inspect and repair a pipeline's schema history.")
 app.add_typer(schema_app, name="schema")

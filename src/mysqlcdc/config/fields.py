@@ -28,6 +28,10 @@ __all__ = [
     "LocalPath",
     "TablePattern",
     "TriggerInterval",
+    "Duration",
+    "Every",
+    "duration_seconds",
+    "parse_every",
     "SparkConfValue",
     "EnvVarName",
     "TypeName",
@@ -145,6 +149,56 @@ def _trigger_interval(value: str) -> str:
 
 TriggerInterval = Annotated[str, AfterValidator(_trigger_interval), TypeName("interval")]
 """A Spark processing-time interval: ``'1 second'``, ``'500 milliseconds'``, ``'2 minutes'``."""
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)$", re.IGNORECASE)
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def duration_seconds(text: str) -> float:
+    """``'30d'`` -> 2592000.0; units ms, s, m, h, d, w."""
+    found = _DURATION.match(str(text).strip())
+    if not found:
+        raise ValueError(f"not a duration: {text!r}")
+    return float(found.group(1)) * _UNIT_S[found.group(2).lower()]
+
+
+def _duration(value: object) -> object:
+    text = str(value).strip() if isinstance(value, (str, int, float)) else value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = f"{value}s"
+    if not isinstance(text, str) or not _DURATION.match(text):
+        raise PydanticCustomError(
+            "duration", "expected a number and a unit such as '30d', '12h', '10m' or '45s'")
+    return text
+
+
+Duration = Annotated[str, BeforeValidator(_duration), TypeName("duration")]
+"""A length of time: ``'30d'``, ``'12h'``, ``'10m'``, ``'45s'`` (a bare number is seconds)."""
+
+
+def parse_every(text: str) -> tuple[int | None, float | None]:
+    """``'20'`` -> (20 batches, None); ``'10m'`` -> (None, 600.0 seconds)."""
+    if str(text).isdigit():
+        return int(text), None
+    return None, duration_seconds(text)
+
+
+def _every(value: object) -> object:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise PydanticCustomError("every", "a number of batches must be at least 1")
+        return str(value)
+    if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+        return value.strip()
+    if isinstance(value, str) and _DURATION.match(value.strip()):
+        return value.strip()
+    raise PydanticCustomError(
+        "every", "expected a number of micro-batches (such as 100) or a duration such as '10m'")
+
+
+Every = Annotated[str, BeforeValidator(_every), TypeName("batches or duration")]
+"""How often: a number of micro-batches (``100``) or a duration (``'10m'``)."""
 
 
 def _scalar_to_str(value: object) -> object:

@@ -45,7 +45,9 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
 from mysqlcdc.config.fields import (
+    Duration,
     EnvVarName,
+    Every,
     LocalPath,
     SparkConfValue,
     StartFrom,
@@ -301,7 +303,8 @@ class SparkConfig(_Model):
 
 
 class ChangelogSinkConfig(_Model):
-    """``changelog``: appends every change envelope to a partitioned Parquet changelog."""
+    """``changelog``: appends every change envelope to a partitioned table of changes,
+    in Parquet (Spark's file sink) or Delta Lake (one idempotent commit per batch)."""
 
     type: Literal["changelog"] = Field(
         "changelog", exclude=True, repr=False, description="Set from the mapping key; not written."
@@ -314,6 +317,34 @@ class ChangelogSinkConfig(_Model):
         default_factory=lambda: ["db", "table"],
         description="Envelope columns the changelog is partitioned by; [] for none.",
     )
+    format: Literal["parquet", "delta"] = Field(
+        "parquet",
+        description="`parquet`: Spark's file sink; exact for Spark readers, and for plain "
+        "Parquet readers once the sink has started (it removes a killed batch's leftover "
+        "files). `delta`: a Delta Lake table, one commit per micro-batch, exact for every "
+        "Delta reader (deltalake, polars, DuckDB, Spark with Delta) at every moment; needed "
+        "for `compact_every` and `retention`.",
+    )
+    compact_every: Every | None = Field(
+        None,
+        description="Delta only: merge each partition's small files into files of about "
+        "`target_file_mb`, every this many micro-batches (`100`) or this often (`'1h'`), "
+        "while capture continues; then remove replaced files older than `vacuum_after`. "
+        "Unset: never (run `mysqlcdc changelog compact`).",
+    )
+    target_file_mb: int = Field(
+        128, ge=1, le=4096, description="Delta only: the file size compaction aims for, in MiB."
+    )
+    vacuum_after: Duration = Field(
+        "7d",
+        description="Delta only: replaced files (by compaction or retention) stay this long "
+        "for readers of older table versions, then compaction's vacuum deletes them.",
+    )
+    retention: Duration | None = Field(
+        None,
+        description="Delta only: changes older than this (by `ts_ms`) are deleted when "
+        "compaction runs (`'30d'`); newer ones are never touched. Unset: kept forever.",
+    )
 
     @field_validator("partition_by")
     @classmethod
@@ -321,6 +352,18 @@ class ChangelogSinkConfig(_Model):
         if len(set(columns)) != len(columns):
             raise PydanticCustomError("duplicate_column", "columns must be distinct")
         return columns
+
+    @model_validator(mode="after")
+    def _delta_only(self) -> Self:
+        if self.format == "parquet":
+            for name in ("compact_every", "retention"):
+                if getattr(self, name) is not None:
+                    raise PydanticCustomError(
+                        "delta_only",
+                        f"`{name}` needs `format: delta`: Spark's Parquet file sink lists every "
+                        "file it committed, so its files cannot be merged or expired safely",
+                    )
+        return self
 
 
 class ConsoleSinkConfig(_Model):

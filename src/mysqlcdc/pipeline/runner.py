@@ -120,7 +120,7 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
 
 def start_queries(spark, cfg: PipelineConfig) -> list:
     """Start one streaming query per sink; returns them in sink order."""
-    from mysqlcdc.sinks.changelog import start_changelog
+    from mysqlcdc.sinks.changelog import from_sink_config as changelog_settings, start_changelog
     from mysqlcdc.sinks.console import start_console
 
     queries = []
@@ -137,8 +137,8 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
         name = f"{cfg.name}-{index}-{sink.type}"
         trigger = cfg.spark.trigger_interval
         if isinstance(sink, ChangelogSinkConfig):
-            q = start_changelog(df, path=str(sink.path), checkpoint=checkpoint,
-                                trigger_interval=trigger, partition_by=sink.partition_by, name=name)
+            q = start_changelog(df, changelog_settings(sink, cfg.name, index),
+                                checkpoint=checkpoint, trigger_interval=trigger, name=name)
         elif isinstance(sink, ConsoleSinkConfig):
             q = start_console(df, checkpoint=checkpoint, trigger_interval=trigger,
                               max_rows=sink.max_rows, truncate=sink.truncate, name=name)
