@@ -12,8 +12,13 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
+import polars as pl
+import pyarrow.dataset as ds
 import pytest
+from deltalake import DeltaTable
 
+from mysqlcdc.sinks.changelog import read_changelog
 
 from tests.support.mariadb import binlog_position
 
@@ -22,7 +27,7 @@ pytestmark = pytest.mark.e2e
 TOTAL_TXNS = 900
 
 
-def _write_config(tmp_path: Path, mariadb, db: str, start: str) -> Path:
+def _write_config(tmp_path: Path, mariadb, db: str, start: str, fmt: str = "parquet") -> Path:
     path = tmp_path / "pipeline.yaml"
     path.write_text(f"""
 name: crash-test
@@ -44,6 +49,7 @@ spark:
 sinks:
   - changelog:
       path: ./changelog
+      format: {fmt}
 """)
     return path
 
@@ -74,10 +80,11 @@ def _writer(mariadb, db: str, done: threading.Event) -> None:
     done.set()
 
 
-def test_sigkill_restart_exactly_once(spark, mariadb, fresh_db, tmp_path):
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_sigkill_restart_exactly_once(spark, mariadb, fresh_db, tmp_path, fmt):
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.item (id INT PRIMARY KEY, body VARCHAR(255))")
     start = str(binlog_position(mariadb))
-    config = _write_config(tmp_path, mariadb, fresh_db, start)
+    config = _write_config(tmp_path, mariadb, fresh_db, start, fmt)
     done = threading.Event()
     writer = threading.Thread(target=_writer, args=(mariadb, fresh_db, done), daemon=True)
     writer.start()
@@ -99,11 +106,28 @@ def test_sigkill_restart_exactly_once(spark, mariadb, fresh_db, tmp_path):
     final = _start(config, "--until-idle")
     assert final.wait(timeout=300) == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
 
-    rows = spark.read.parquet(str(tmp_path / "changelog")).collect()
+    path = str(tmp_path / "changelog")
+    rows = read_changelog(spark, path, fmt).collect()
     changes = sorted((json.loads(r["key"])["id"], r["op"], r["seq"]) for r in rows)
+    # Every other reader sees exactly what Spark sees: the Delta readers always, a plain
+    # Parquet reader of the folder once the restarted sink removed the killed batches' files.
+    plain = {"pyarrow.dataset": _keys(ds.dataset(path, format="parquet", partitioning="hive")
+                                      .to_table(columns=["key", "op", "seq"]).to_pylist())}
+    if fmt == "delta":
+        plain = {"deltalake": _keys(DeltaTable(path).to_pyarrow_table().to_pylist()),
+                 "polars": _keys(pl.read_delta(path).to_dicts())}
+        dataset = DeltaTable(path).to_pyarrow_dataset()  # noqa: F841 - read by DuckDB by name
+        plain["duckdb"] = sorted((json.loads(k)["id"], o, int(s)) for k, o, s in
+                                 duckdb.sql("SELECT key, op, seq FROM dataset").fetchall())
+    for reader, seen in plain.items():
+        assert seen == sorted((c[0], c[1], int(c[2])) for c in changes), reader
     inserts = [c for c in changes if c[1] == "c"]
     updates = [c for c in changes if c[1] == "u"]
     assert kills == 3
     assert [c[0] for c in inserts] == list(range(1, TOTAL_TXNS + 1))
     assert len(updates) == TOTAL_TXNS // 3
     assert len({c[2] for c in changes}) == len(changes), "a change appears twice"
+
+
+def _keys(rows: list[dict]) -> list[tuple]:
+    return sorted((json.loads(r["key"])["id"], r["op"], int(r["seq"])) for r in rows)

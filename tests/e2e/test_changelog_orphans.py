@@ -1,0 +1,115 @@
+"""A Parquet changelog stays exact for plain readers: a killed batch's leftover files
+(torn or 0 bytes) are reported by `mysqlcdc changelog check` and removed when the sink
+starts, never a committed file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from mysqlcdc.sinks.changelog import ChangelogSettings, start_changelog
+from mysqlcdc.sinks.changelog.maintenance import check_parquet, committed_files
+
+from tests.support.mariadb import binlog_position
+
+pytestmark = pytest.mark.e2e
+
+
+def _run_once(spark, source_options, db, start, path, checkpoint):
+    df = spark.readStream.format("mysqlcdc").options(
+        **source_options(startingPosition=start, include=f"{db}.*")).load()
+    query = start_changelog(df, ChangelogSettings(path=path), checkpoint=checkpoint,
+                            trigger_interval="200 milliseconds")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+
+def _plain(path: str) -> list[tuple]:
+    table = ds.dataset(path, format="parquet", partitioning="hive").to_table(columns=["seq"])
+    return sorted(int(s) for s in table.column("seq").to_pylist())
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", *args],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_orphans_reported_then_removed_on_start(spark, mariadb, fresh_db, source_options,
+                                                tmp_path):
+    start = str(binlog_position(mariadb))
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY)",
+                *[f"INSERT INTO `{fresh_db}`.t VALUES ({i})" for i in range(1, 21)])
+    path, checkpoint = str(tmp_path / "changelog"), str(tmp_path / "ck")
+    _run_once(spark, source_options, fresh_db, start, path, checkpoint)
+    spark_seqs = sorted(int(r["seq"]) for r in spark.read.parquet(path).select("seq").collect())
+    assert _plain(path) == spark_seqs
+
+    # What a batch killed before its log entry leaves: a whole part file nobody listed
+    # and a 0-byte one.
+    committed = sorted(committed_files(Path(path)))
+    partition = committed[0].parent
+    shutil.copy(committed[0], partition / "part-00000-killed-batch.c000.snappy.parquet")
+    (partition / "part-00001-killed-batch.c000.snappy.parquet").write_bytes(b"")
+    report = check_parquet(path)
+    assert (report.orphan_files, report.empty_orphans) == (2, 1)
+    assert report.committed_rows == len(spark_seqs) and report.plain_reader_rows is None
+    with pytest.raises(Exception, match="0 bytes|size is 0"):
+        _plain(path)
+
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(f"""
+name: orphans
+source: {{host: {mariadb.host}, port: {mariadb.port}, user: {mariadb.user}, server_id: 4343}}
+spark: {{checkpoint: ./ck}}
+sinks:
+  - changelog: {{path: ./changelog}}
+""")
+    checked = _cli("changelog", "check", str(config))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "2 orphan file(s)" in checked.stdout and "fails (a 0-byte file)" in checked.stdout
+
+    # The restarted sink removes exactly the two leftovers; committed files stay.
+    mariadb.sql(f"INSERT INTO `{fresh_db}`.t VALUES (21)")
+    _run_once(spark, source_options, fresh_db, start, path, checkpoint)
+    assert set(committed) <= committed_files(Path(path))
+    assert all(f.is_file() for f in committed)
+    spark_seqs = sorted(int(r["seq"]) for r in spark.read.parquet(path).select("seq").collect())
+    assert _plain(path) == spark_seqs and len(spark_seqs) == len(set(spark_seqs))
+    checked = _cli("changelog", "check", str(config))
+    assert checked.returncode == 0 and "no orphans" in checked.stdout, checked.stdout
+
+
+def test_vacuum_while_running_spares_files_newer_than_the_log(spark, mariadb, fresh_db,
+                                                              source_options, tmp_path):
+    start = str(binlog_position(mariadb))
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY)",
+                f"INSERT INTO `{fresh_db}`.t VALUES (1)")
+    path, checkpoint = str(tmp_path / "changelog"), str(tmp_path / "ck")
+    _run_once(spark, source_options, fresh_db, start, path, checkpoint)
+    committed = sorted(committed_files(Path(path)))
+    old = committed[0].parent / "part-00000-old-orphan.c000.snappy.parquet"
+    shutil.copy(committed[0], old)
+    os.utime(old, (1_000_000_000, 1_000_000_000))          # older than every log entry
+    fresh = committed[0].parent / "part-00000-in-flight.c000.snappy.parquet"
+    shutil.copy(committed[0], fresh)                         # as a batch being written now
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(f"""
+name: vacuum
+source: {{host: {mariadb.host}, port: {mariadb.port}, user: {mariadb.user}, server_id: 4344}}
+spark: {{checkpoint: ./ck}}
+sinks:
+  - changelog: {{path: ./changelog}}
+""")
+    done = _cli("changelog", "vacuum", str(config))
+    assert done.returncode == 0 and "removed 1 file(s)" in done.stdout, done.stdout + done.stderr
+    assert not old.exists() and fresh.exists() and all(f.is_file() for f in committed)
