@@ -426,3 +426,36 @@ def test_docs_config_md_is_current() -> None:
 
     page = Path(__file__).resolve().parents[3] / "docs" / "CONFIG.md"
     assert page.read_text() == render(), "run: python -m mysqlcdc.config.reference > docs/CONFIG.md"
+
+
+# --- changelog formats -------------------------------------------------------
+
+
+def test_delta_changelog_settings(tmp_path: Path) -> None:
+    from mysqlcdc.sinks.changelog import from_sink_config
+
+    text = FULL.replace("      partition_by: [db, table]\n",
+                        "      partition_by: [db, table]\n      format: delta\n"
+                        "      compact_every: 10m\n      retention: 30d\n      vacuum_after: 1h\n")
+    cfg = load_pipeline(write(tmp_path, text), env=ENV)
+    s = from_sink_config(cfg.sinks[0], cfg.name, 0)
+    assert (s.format, s.compact_batches, s.compact_seconds) == ("delta", None, 600.0)
+    assert (s.retention_s, s.vacuum_after_s, s.target_file_bytes) == (30 * 86400, 3600, 128 << 20)
+    every = load_pipeline(write(tmp_path, text.replace("compact_every: 10m", "compact_every: 50")),
+                          env=ENV)
+    assert from_sink_config(every.sinks[0], every.name, 0).compact_batches == 50
+    assert s.app_id("q1") == "mysqlcdc/shop-cdc/0-changelog/q1" != s.app_id("q2")
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ("compact_every: 10m", "needs `format: delta`"),
+    ("retention: 30d", "needs `format: delta`"),
+    ("format: iceberg", "'parquet' or 'delta'"),
+    ("format: delta\n      retention: 30 days", "'30d'"),
+    ("format: delta\n      compact_every: 0", "at least 1"),
+])
+def test_changelog_format_mistakes(tmp_path: Path, extra: str, fragment: str) -> None:
+    text = FULL.replace("      partition_by: [db, table]\n",
+                        f"      partition_by: [db, table]\n      {extra}\n")
+    err = load_error(tmp_path, text)
+    assert "sinks.0" in str(err) and fragment in str(err), str(err)
