@@ -7,12 +7,14 @@ honours that log; a plain Parquet reader does not, so the sink removes a killed
 batch's leftover files whenever it starts (``maintenance.remove_orphans``).
 
 ``format: delta`` writes a Delta Lake table with delta-rs from ``foreachBatch``:
-the batch (bounded by ``source.max_events_per_batch``) is collected as Arrow on the
-driver and appended in one Delta commit carrying the application transaction
+the read tasks write the batch's Parquet files into the table folder (streamed, one
+file per partition value per task) and return their names and statistics; the driver
+makes one Delta commit adding them, carrying the application transaction
 ``(app id, batch id)`` (``sinks.deltacommit``), so a replayed batch is skipped and
 every reader at every moment sees whole batches exactly once. The commit's metadata
 holds the batch id and the binlog position the batch ends at. Compaction, retention
-and vacuum run between batches when ``compact_every`` says so.
+and vacuum run between batches when ``compact_every`` says so. The path must be a
+folder every Spark executor sees (local, or a shared mount on a cluster).
 """
 
 from __future__ import annotations
@@ -82,10 +84,18 @@ def _clock_from_history(settings: ChangelogSettings) -> CompactionClock:
     return clock
 
 
-def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
-    """The ``foreachBatch`` function of a Delta changelog."""
-    from deltalake import write_deltalake
+_FILES_DDL = "path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, stats STRING"
 
+
+def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
+    """The ``foreachBatch`` function of a Delta changelog.
+
+    The read tasks write the batch's Parquet files into the table folder themselves
+    (``_write_files``, one file per partition value per task, streamed: no task holds
+    more than a record batch per partition), and return only each file's name, size
+    and statistics; the driver then makes the batch's one Delta commit naming those
+    files. Files of a batch killed before its commit are in no version: no reader
+    sees them, and vacuum removes them."""
     from mysqlcdc.spark.checkpoint import batch_offset, local_dir
 
     uri = table_uri(settings.path)
@@ -96,22 +106,154 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
         if "app_id" not in state:
             state["app_id"] = settings.app_id(_query_id(checkpoint))
             state["clock"] = _clock_from_history(settings) if settings.compacts else None
-        data = df.toArrow()
-        if data.num_rows:
-            end = batch_offset(local, batch_id) if local is not None else None
-            meta = {"mysqlcdc.end_position": str(end)} if end is not None else {}
-            wrote = commit_once(
-                uri, state["app_id"], batch_id,
-                lambda props: write_deltalake(
-                    uri, data, mode="append", partition_by=list(settings.partition_by) or None,
-                    schema_mode="merge", commit_properties=props),
-                metadata=meta)
-            log.info("changelog %s: batch %d: %d changes%s", uri, batch_id, data.num_rows,
-                     "" if wrote else " (already committed)")
+        if not _already(uri, state["app_id"], batch_id):
+            started = time.perf_counter()
+            schema = _arrow_schema(df.schema)
+            files = df.mapInArrow(_write_files(uri, batch_id, settings.partition_by),
+                                  _FILES_DDL).collect()
+            written = time.perf_counter()
+            if files:
+                end = batch_offset(local, batch_id) if local is not None else None
+                meta = {"mysqlcdc.end_position": str(end)} if end is not None else {}
+                rows = _commit_files(uri, state["app_id"], batch_id, files, schema,
+                                     settings.partition_by, meta)
+                log.info("changelog %s: batch %d: %d changes in %d file(s) (write %.2f s, "
+                         "commit %.2f s)", uri, batch_id, rows, len(files),
+                         written - started, time.perf_counter() - written)
         clock = state["clock"]
         if clock is not None and clock.tick():
             log.info("changelog %s: %s", uri, maintain_delta(settings).line())
     return run
+
+
+def _already(uri: str, app_id: str, batch_id: int) -> bool:
+    from mysqlcdc.sinks.deltacommit import applied_version
+
+    done = applied_version(uri, app_id)
+    if done is not None and done >= batch_id:
+        log.info("changelog %s: batch %d already committed; skipped", uri, batch_id)
+        return True
+    return False
+
+
+def _arrow_schema(spark_schema):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(spark_schema)
+
+
+def _commit_files(uri: str, app_id: str, batch_id: int, files, schema, partition_by,
+                  meta: dict) -> int:
+    """One Delta commit adding ``files`` (creating the table on its first batch)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction
+
+    table = open_table(uri)
+    if table is None:
+        table = DeltaTable.create(uri, schema=schema, mode="ignore",
+                                  partition_by=list(partition_by) or None)
+    have = {f.name for f in pa.schema(table.schema().to_arrow())}
+    added = [f for f in schema if f.name not in have]
+    if added:                                   # a column the envelope gained since
+        from deltalake.schema import Field, Schema
+
+        new = Schema.from_arrow(pa.schema(added))
+        table.alter.add_columns(list(new.fields))
+        table = DeltaTable(uri)
+    actions = [AddAction(r["path"], r["size"], json.loads(r["partition_values"]),
+                         r["modification_time"], True, r["stats"]) for r in files]
+    commit_once(uri, app_id, batch_id,
+                lambda props: table.create_write_transaction(
+                    actions, mode="append", schema=pa.schema(table.schema().to_arrow()),
+                    partition_by=list(partition_by) or None, commit_properties=props),
+                metadata=meta)
+    return sum(json.loads(r["stats"])["numRecords"] for r in files)
+
+
+def _escape(value) -> str:
+    from urllib.parse import quote
+
+    return "__HIVE_DEFAULT_PARTITION__" if value is None else quote(str(value), safe="")
+
+
+def _write_files(root: str, batch_id: int, partition_by: tuple[str, ...]):
+    """The ``mapInArrow`` function: the task's rows -> Parquet files under ``root``."""
+    parts = list(partition_by)
+
+    def write(batches):
+        import os
+        import uuid
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        token = uuid.uuid4().hex
+        open_files: dict[tuple, dict] = {}
+
+        def file_for(key: tuple, schema) -> dict:
+            entry = open_files.get(key)
+            if entry is None:
+                folder = "/".join(f"{c}={_escape(v)}" for c, v in zip(parts, key))
+                rel = (f"{folder}/" if folder else "") + \
+                    f"part-{batch_id:010d}-{token}-{len(open_files):04d}.snappy.parquet"
+                os.makedirs(os.path.dirname(os.path.join(root, rel)) or root, exist_ok=True)
+                entry = {"rel": rel, "values": dict(zip(parts, key)), "rows": 0,
+                         "min": None, "max": None, "nulls": 0,
+                         "writer": pq.ParquetWriter(os.path.join(root, rel), schema,
+                                                    compression="snappy")}
+                open_files[key] = entry
+            return entry
+
+        def add(key: tuple, table) -> None:
+            data = table.drop_columns(parts) if parts else table
+            entry = file_for(key, data.schema)
+            entry["writer"].write_table(data)
+            entry["rows"] += data.num_rows
+            if "ts_ms" in data.column_names:
+                ts = data.column("ts_ms")
+                entry["nulls"] += ts.null_count
+                lo, hi = pc.min(ts).as_py(), pc.max(ts).as_py()
+                if lo is not None:
+                    entry["min"] = lo if entry["min"] is None else min(entry["min"], lo)
+                    entry["max"] = hi if entry["max"] is None else max(entry["max"], hi)
+
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            table = pa.Table.from_batches([batch])
+            if not parts:
+                add((), table)
+                continue
+            for combo in table.select(parts).group_by(parts).aggregate([]).to_pylist():
+                mask = None
+                for c in parts:
+                    v = combo[c]
+                    m = pc.is_null(table.column(c)) if v is None else pc.equal(table.column(c), v)
+                    mask = m if mask is None else pc.and_(mask, m)
+                add(tuple(combo[c] for c in parts), table.filter(mask))
+
+        out = {"path": [], "size": [], "partition_values": [], "modification_time": [],
+               "stats": []}
+        for entry in open_files.values():
+            entry["writer"].close()
+            full = os.path.join(root, entry["rel"])
+            stats = {"numRecords": entry["rows"]}
+            if entry["min"] is not None:
+                stats.update(minValues={"ts_ms": entry["min"]}, maxValues={"ts_ms": entry["max"]},
+                             nullCount={"ts_ms": entry["nulls"]})
+            out["path"].append(entry["rel"])
+            out["size"].append(os.path.getsize(full))
+            out["partition_values"].append(json.dumps(
+                {k: (None if v is None else str(v)) for k, v in entry["values"].items()}))
+            out["modification_time"].append(int(os.path.getmtime(full) * 1000))
+            out["stats"].append(json.dumps(stats))
+        if out["path"]:
+            yield pa.RecordBatch.from_pydict(out, schema=pa.schema([
+                ("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string()),
+                ("modification_time", pa.int64()), ("stats", pa.string())]))
+    return write
 
 
 def read_changelog(spark, path: str, format: str = "parquet"):
