@@ -154,6 +154,99 @@ def mirror_position(
     out.print(t)
 
 
+@app.command()
+def serve(
+    config_dir: Path = typer.Option(Path("pipelines"), "--config-dir",
+                                    help="Folder of pipeline YAML files; API-created ones go here."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address the API listens on."),
+    port: int = typer.Option(8080, "--port", help="Port the API listens on."),
+    master: str = typer.Option("local[*]", "--master", help="Spark master of the shared session."),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run every pipeline of a folder in one process, with the REST API (/docs),
+    /metrics and /healthz, until interrupted."""
+    import socket
+
+    from mysqlcdc.errors import ConfigError
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    try:
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as err:
+                raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror}",
+                                  hint="Pick a free port with --port, or stop what uses it.") from None
+        _serve(config_dir, host, port, master)
+    except MysqlcdcError as err:
+        _fail(err)
+    except KeyboardInterrupt:
+        console.print("stopped")
+
+
+def _serve(config_dir: Path, host: str, port: int, master: str) -> None:
+    import uvicorn
+
+    from mysqlcdc.api import PipelineService
+    from mysqlcdc.api.app import Poller, create_app
+    from mysqlcdc.spark import build_session
+
+    service = PipelineService(config_dir, lambda: build_session(master, "mysqlcdc-serve", {}))
+    for name in service.load_folder():
+        try:
+            service.start(name)
+        except MysqlcdcError as err:
+            console.print(f"[bold red]pipeline {name} failed[/] [{err.code}] {err.message}",
+                          highlight=False)
+    poller = Poller(service)
+    poller.start()
+    console.print(f"serving {len(service.pipelines)} pipeline(s) on http://{host}:{port} "
+                  f"(API docs at /docs)", highlight=False)
+    try:
+        uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+    finally:
+        poller.stopped.set()
+        service.stop_all()
+
+
+@app.command()
+def status(
+    pipeline: Optional[str] = typer.Argument(None, help="One pipeline; all when omitted."),
+    url: str = typer.Option("http://127.0.0.1:8080", "--url", help="The serve instance."),
+) -> None:
+    """Each pipeline's state, position, lag and rate, from a running `mysqlcdc serve`."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    target = f"{url.rstrip('/')}/pipelines" + (f"/{pipeline}" if pipeline else "")
+    try:
+        with urllib.request.urlopen(target, timeout=10) as resp:
+            data = json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        body = json.loads(err.read() or b"{}")
+        console.print(f"[bold red]error[/] [{body.get('code', err.code)}] "
+                      f"{body.get('message', err.reason)}", highlight=False)
+        raise typer.Exit(2)
+    except (urllib.error.URLError, OSError) as err:
+        console.print(f"[bold red]error[/] [SERVE_UNREACHABLE] no mysqlcdc serve at {url}: "
+                      f"{getattr(err, 'reason', err)}", highlight=False)
+        console.print("  [yellow]hint:[/] Start it with `mysqlcdc serve`, or pass --url.",
+                      highlight=False)
+        raise typer.Exit(2)
+    rows = data if isinstance(data, list) else [data]
+    t = Table(title="pipelines")
+    for name in ("pipeline", "state", "position", "lag bytes", "rows", "rows/s", "error"):
+        t.add_column(name, overflow="fold")
+    for r in rows:
+        t.add_row(r["name"], r["state"], r.get("position") or "-",
+                  "-" if r.get("lag_bytes") is None else str(r["lag_bytes"]),
+                  str(r.get("rows_total", 0)), str(r.get("rows_per_s", 0)),
+                  f"[{r['error_code']}] {r['error']}" if r.get("error") else "-")
+    out.print(t)
+
+
 changelog_app = typer.Typer(no_args_is_help=True,
                             help="Check and maintain a pipeline's changelog sinks.")
 app.add_typer(changelog_app, name="changelog")
