@@ -89,7 +89,7 @@ def test_two_pipelines_managed_over_http(served, mariadb, tmp_path):
     service.start("alpha")
     with httpx.Client(base_url=url, timeout=60) as http:
         # A second pipeline through the API: validated, saved, started.
-        created = http.post("/pipelines", content=_yaml("beta", mariadb, b, start, 6102),
+        created = http.post("/pipelines", content=_yaml("beta", mariadb, b, start, 6201),
                             headers={"content-type": "application/yaml"})
         assert created.status_code == 201, created.text
         assert created.json()["state"] == "running" and (folder / "beta.yaml").is_file()
@@ -120,12 +120,18 @@ def test_two_pipelines_managed_over_http(served, mariadb, tmp_path):
         assert bad.status_code == 422 and bad.json()["code"] == "CONFIG_INVALID"
         assert any("source.server_id" in p for p in bad.json()["problems"])
         assert not (folder / "gamma.yaml").exists()
-        dup = http.post("/pipelines", content=_yaml("beta", mariadb, b, start, 6103))
+        dup = http.post("/pipelines", content=_yaml("beta", mariadb, b, start, 6301))
         assert dup.status_code == 409 and dup.json()["code"] == "PIPELINE_CONFLICT"
+        # alpha's parallel reader registers as 6102: a pipeline there would cut its stream.
+        clash = http.post("/pipelines", content=_yaml("omega", mariadb, b, start, 6102))
+        assert clash.status_code == 409 and clash.json()["code"] == "SERVER_ID_IN_USE", clash.text
+        assert "alpha" in clash.json()["message"]
+        assert http.get("/pipelines/omega").json()["state"] == "failed"
+        assert http.delete("/pipelines/omega").status_code == 204
         assert http.get("/pipelines/nope").status_code == 404
 
         # A pipeline whose server is down fails alone; the others keep flowing.
-        down = http.post("/pipelines", content=_yaml("delta", mariadb, b, start, 6104,
+        down = http.post("/pipelines", content=_yaml("delta", mariadb, b, start, 6401,
                                                      port=free_port()))
         assert down.status_code == 503, down.text
         assert http.get("/pipelines/delta").json()["state"] == "failed"

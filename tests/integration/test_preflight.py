@@ -169,6 +169,9 @@ def test_server_id_of_a_connected_reader(own):
         with pytest.raises(ServerIdInUseError, match="server_id 77 is used by a replica"):
             preflight(settings_for(own), server_id=77, start=start)
         assert preflight(settings_for(own), server_id=78, start=start).server_id == 1
+        # A pipeline's whole block of ids (one per sink query and parallel reader) is checked.
+        with pytest.raises(ServerIdInUseError, match=r"server_id 77 \(of the pipeline ids 75\.\.80\)"):
+            preflight(settings_for(own), server_id=range(75, 81), start=start)
 
 
 def test_row_image_other_than_full_is_a_warning_not_an_error(own):

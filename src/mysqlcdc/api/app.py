@@ -2,7 +2,7 @@
 Prometheus' text format and ``/healthz``.
 
 Errors are JSON ``{"code", "message", "hint"}`` with the HTTP status their kind calls
-for: 404 an unknown pipeline, 409 a name in use, 422 a config that does not validate
+for: 404 an unknown pipeline, 409 a name or a server id in use, 422 a config that does not validate
 (its problems as the same ``FILE:LINE: field: message`` lines the CLI prints), 503 a
 source that cannot be reached.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 
 from mysqlcdc.api.service import PipelineConflictError, PipelineService, UnknownPipelineError
-from mysqlcdc.errors import ConfigError, MysqlcdcError
+from mysqlcdc.errors import ConfigError, MysqlcdcError, ServerIdInUseError
 
 __all__ = ["create_app", "Poller"]
 
@@ -20,7 +20,7 @@ __all__ = ["create_app", "Poller"]
 def _status(err: MysqlcdcError) -> int:
     if isinstance(err, UnknownPipelineError):
         return 404
-    if isinstance(err, PipelineConflictError):
+    if isinstance(err, (PipelineConflictError, ServerIdInUseError)):
         return 409
     if isinstance(err, ConfigError):
         return 422

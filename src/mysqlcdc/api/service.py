@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mysqlcdc.config.loader import load_pipeline
 from mysqlcdc.config.models import PipelineConfig
-from mysqlcdc.errors import ConfigError, MysqlcdcError
+from mysqlcdc.errors import ConfigError, MysqlcdcError, ServerIdInUseError
 
 __all__ = ["PipelineService", "PipelineState", "UnknownPipelineError", "PipelineConflictError"]
 
@@ -159,6 +159,7 @@ class PipelineService:
                 return state
             state.error = state.error_code = None
             try:
+                self._check_server_ids(state)
                 if self._preflight:
                     checked_preflight(state.config, stale_wait_s=10.0)
                 state.queries = start_queries(self.spark, state.config)
@@ -168,6 +169,25 @@ class PipelineService:
             state.state, state.started_at = "running", time.time()
             log.info("pipeline %s started (%d queries)", name, len(state.queries))
             return state
+
+    def _check_server_ids(self, state: PipelineState) -> None:
+        """Two running pipelines of one source may not share a server id: the server would
+        drop one's binlog stream whenever the other connects. Checked before Spark starts, so
+        the error names both pipelines instead of surfacing later from a read task."""
+        mine = state.config.source
+        ids = set(mine.server_ids(len(state.config.sinks)))
+        for other in self.pipelines.values():
+            if other is state or other.state != "running" or other.config is None:
+                continue
+            theirs = other.config.source
+            if (theirs.host, theirs.port) != (mine.host, mine.port):
+                continue
+            shared = ids & set(theirs.server_ids(len(other.config.sinks)))
+            if shared:
+                raise ServerIdInUseError(
+                    f"pipeline {state.name} would use server_id {min(shared)}, which running "
+                    f"pipeline {other.name} uses (each pipeline takes source.server_id .. "
+                    f"+sinks*(parallelism+1)-1)")
 
     def stop(self, name: str) -> PipelineState:
         with self._lock:

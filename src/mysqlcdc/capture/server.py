@@ -200,22 +200,29 @@ def _replica_ids(conn: pymysql.Connection) -> set[int] | None:
     return None
 
 
-def _check_server_id(conn: pymysql.Connection, info: ServerInfo, server_id: int) -> tuple[str, ...]:
-    """Raise if server_id is taken; return a warning if replicas cannot be listed."""
-    if server_id == info.server_id:
-        raise ServerIdInUseError(f"server_id {server_id} is the source server's own @@server_id")
+def _check_server_id(conn: pymysql.Connection, info: ServerInfo,
+                     server_id: int | range) -> tuple[str, ...]:
+    """Raise if a server id of ``server_id`` (one id or a pipeline's whole range) is taken;
+    return a warning if replicas cannot be listed."""
+    ids = server_id if isinstance(server_id, range) else range(server_id, server_id + 1)
+    shown = str(ids.start) if len(ids) == 1 else f"{ids.start}..{ids.stop - 1}"
+    if info.server_id in ids:
+        raise ServerIdInUseError(
+            f"server_id {info.server_id} is the source server's own @@server_id"
+            + ("" if len(ids) == 1 else f", inside the pipeline ids {shown}"))
     replicas = _replica_ids(conn)
     if replicas is None:
         return (f"could not list connected replicas (SHOW SLAVE HOSTS was refused), so server_id "
-                f"{server_id} was not checked against them",)
-    if server_id in replicas:
+                f"{shown} was not checked against them",)
+    taken = sorted(r for r in replicas if r in ids)
+    if taken:
         raise ServerIdInUseError(
-            f"server_id {server_id} is used by a replica or reader connected to the server now "
-            f"(SHOW SLAVE HOSTS lists {sorted(replicas)})")
+            f"server_id {taken[0]}{'' if len(ids) == 1 else f' (of the pipeline ids {shown})'} "
+            f"is used by a replica or reader connected to the server now (SHOW SLAVE HOSTS lists {sorted(replicas)})")
     return ()
 
 
-def preflight(settings: ConnectionSettings, *, server_id: int,
+def preflight(settings: ConnectionSettings, *, server_id: int | range,
               start: BinlogPosition | None) -> ServerInfo:
     """Check the server can serve capture from ``start`` for ``server_id``; see module doc."""
     conn = connect_sql(settings)  # ServerUnreachableError, AuthenticationError

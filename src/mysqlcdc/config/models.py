@@ -190,8 +190,9 @@ class SourceConfig(_Model):
         le=MAX_SERVER_ID,
         description="Replica server id this pipeline registers with, 1..2^32-1. It must differ "
         "from the server's own id and from every other replica or reader of the server. The "
-        "pipeline uses `server_id` itself and parallel readers use `server_id+1` .. "
-        "`server_id+parallelism`: keep that whole range free.",
+        "first sink's query uses `server_id` itself and its parallel readers `server_id+1` .. "
+        "`server_id+parallelism`; each further sink takes the next block of `parallelism+1` "
+        "ids. Keep `server_id` .. `server_id+sinks*(parallelism+1)-1` free.",
     )
     ssl: SslConfig | None = Field(None, description="TLS settings; null: no TLS.")
     start: StartFrom = Field(
@@ -268,9 +269,14 @@ class SourceConfig(_Model):
         """The password read from ``password_env`` at load (``""`` when none is named)."""
         return self._password.reveal()
 
-    def server_ids(self) -> range:
-        """Every replica server id the pipeline may use: ``server_id`` .. ``+parallelism``."""
-        return range(self.server_id, self.server_id + self.parallelism + 1)
+    def server_ids(self, sinks: int = 1) -> range:
+        """Every replica server id a pipeline of ``sinks`` queries may use: one block of
+        ``parallelism+1`` ids per sink, starting at ``server_id``."""
+        return range(self.server_id, self.server_id + sinks * (self.parallelism + 1))
+
+    def sink_server_id(self, index: int) -> int:
+        """The server id of sink ``index``'s query (its readers use the next ``parallelism``)."""
+        return self.server_id + index * (self.parallelism + 1)
 
 
 # --- spark -------------------------------------------------------------------
@@ -676,6 +682,17 @@ class PipelineConfig(_Model):
         description="Where changes go: a list of one-key mappings such as "
         "`- changelog: {path: ./changelog}`; at least one.",
     )
+
+    @model_validator(mode="after")
+    def _sink_server_ids_fit(self) -> Self:
+        ids = self.source.server_ids(len(self.sinks))
+        if ids.stop - 1 > MAX_SERVER_ID:
+            raise PydanticCustomError(
+                "server_id_range",
+                "source.server_id + sinks*(parallelism+1) - 1 must stay below 2^32 (each sink "
+                "reads with its own block of parallelism+1 server ids)",
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_app_name(self) -> Self:

@@ -45,12 +45,15 @@ def _ssl(cfg: PipelineConfig) -> dict | None:
     return out
 
 
-def source_options(cfg: PipelineConfig) -> dict[str, str]:
-    """The Spark options of ``format("mysqlcdc")`` for this pipeline."""
+def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
+    """The Spark options of ``format("mysqlcdc")`` for sink ``index`` of this pipeline.
+
+    Each sink's query is its own replica, so it registers with its own block of server ids
+    (``source.sink_server_id``): two queries under one id would disconnect each other."""
     src = cfg.source
     opts = {
         "host": src.host, "port": str(src.port), "user": src.user, "password": src.password(),
-        "serverId": str(src.server_id), "startingPosition": str(src.start),
+        "serverId": str(src.sink_server_id(index)), "startingPosition": str(src.start),
         "include": ",".join(src.tables.include), "exclude": ",".join(src.tables.exclude),
         "maxEventsPerBatch": str(src.max_events_per_batch),
         "parallelism": str(src.parallelism),
@@ -107,7 +110,8 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
     deadline = time.monotonic() + stale_wait_s
     while True:
         try:
-            preflight(connection_settings(cfg), server_id=cfg.source.server_id,
+            preflight(connection_settings(cfg),
+                      server_id=cfg.source.server_ids(len(cfg.sinks)),
                       start=resume_position(cfg))
             return
         except ServerIdInUseError:
@@ -126,7 +130,7 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
     queries = []
     for index, sink in enumerate(cfg.sinks):
         checkpoint = sink_checkpoint(cfg, index)
-        options = source_options(cfg)
+        options = source_options(cfg, index)
         history = schema_history_dir(cfg, index)
         if history is None:
             log.warning("checkpoint %s is not a local folder: the schema history of sink %d is "

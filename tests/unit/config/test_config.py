@@ -102,6 +102,9 @@ def test_full_file_loads(tmp_path: Path) -> None:
     assert src.start == BinlogPosition.parse("mariadb-bin.000003:4")
     assert src.ssl is not None and src.ssl.verify_cert and not src.ssl.verify_identity
     assert src.server_ids() == range(5401, 5404)
+    # Two sinks: two queries, each its own replica with its own block of ids.
+    assert src.server_ids(len(cfg.sinks)) == range(5401, 5407)
+    assert [src.sink_server_id(i) for i in range(2)] == [5401, 5404]
     assert cfg.spark.app_name == "mysqlcdc-shop-cdc"
     assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "4", "spark.ui.enabled": "false"}
     changelog, console = cfg.sinks
@@ -373,6 +376,13 @@ def test_server_id_range_must_fit(tmp_path: Path) -> None:
     text = FULL.replace("server_id: 5401", f"server_id: {2**32 - 2}")
     err = load_error(tmp_path, text)
     assert "source: server_id + parallelism" in str(err)
+
+
+def test_every_sinks_server_ids_must_fit(tmp_path: Path) -> None:
+    # parallelism 2, two sinks: ids server_id .. server_id+5.
+    text = FULL.replace("server_id: 5401", f"server_id: {2**32 - 5}")
+    err = load_error(tmp_path, text)
+    assert "sinks*(parallelism+1)" in str(err)
 
 
 def test_ssl_cert_needs_key(tmp_path: Path) -> None:
