@@ -127,8 +127,11 @@ class RangePlanner:
              observe=None) -> Scan:
         """Walk event headers from ``start``; stop at ``stop`` or after ``max_events``.
 
-        Every event is shown to the schema keeper (or to ``observe``) in order."""
-        if observe is None:
+        Every event is shown to the schema keeper (or to ``observe``) in order. A scan
+        for the keeper records its range, so ``tasks`` does not walk it a second time
+        (a bound method is a new object on every access: compare by flag, not ``is``)."""
+        for_keeper = observe is None
+        if for_keeper:
             observe = self.keeper.observer(start)
         parser = BinlogParser(include=lambda db, table: False, file=start.file)
         tracker = TxnTracker()
@@ -157,7 +160,7 @@ class RangePlanner:
         finally:
             stream.close()
         self._last_scan = Scan(start, end, boundaries)
-        if observe is self.keeper.observe:
+        if for_keeper:
             self._processed = (start, end)
         return self._last_scan
 
