@@ -1,8 +1,9 @@
 """Driver-side planning: where a range starts and ends, and how to split it.
 
-The planner keeps one SQL connection for server facts and, when a batch must
-be limited or split, runs a framing-only scan (rows are not decoded) over a
-replication connection to find transaction boundaries.
+The planner keeps one SQL connection for server facts and walks each batch's
+range once, over a replication connection, with a header skim (``capture.skim``:
+rows are never decoded) to find transaction boundaries and show the schema
+keeper its DDL and TABLE_MAPs.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from dataclasses import dataclass
 
 import pymysql
 
-from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.history import SchemaKeeper
 from mysqlcdc.capture.server import current_position, earliest_position
+from mysqlcdc.capture.skim import Skimmer
 from mysqlcdc.capture.task import RangeTask
-from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.protocol.connection import connect_sql
 from mysqlcdc.protocol.stream import ReplicationStream, RetryPolicy
 from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
@@ -91,6 +91,7 @@ class RangePlanner:
             return []
         self._ensure_history(start)
         self.history.reload()              # a `mysqlcdc schema resolve` may have written
+        self.keeper.changed()
         for r in list(self.history.unplanned()):
             self.history.mark_planned(r, start)
             self.keeper.resolved(r.db, r.table, r.definition if r.action == "reload" else None)
@@ -125,35 +126,36 @@ class RangePlanner:
 
     def scan(self, start: BinlogPosition, stop: BinlogPosition, max_events: int | None,
              observe=None) -> Scan:
-        """Walk event headers from ``start``; stop at ``stop`` or after ``max_events``.
+        """Skim events from ``start`` (``capture.skim``: no row is decoded); stop at
+        ``stop`` or at the first boundary after ``max_events`` events.
 
-        Every event is shown to the schema keeper (or to ``observe``) in order. A scan
+        Every QUERY and every TABLE_MAP not checked before is shown to the schema
+        keeper (or ``observe``, which then sees QUERY events only) in order. A scan
         for the keeper records its range, so ``tasks`` does not walk it a second time
         (a bound method is a new object on every access: compare by flag, not ``is``)."""
         for_keeper = observe is None
         if for_keeper:
-            observe = self.keeper.observer(start)
-        parser = BinlogParser(include=lambda db, table: False, file=start.file)
-        tracker = TxnTracker()
+            skimmer = Skimmer(start.file, self.keeper.observer(start),
+                              generation=self.keeper.generation)
+        else:
+            skimmer = Skimmer(start.file, observe, table_maps=False)
+        parse, feed = skimmer.parser.parse, skimmer.feed
         boundaries: list[tuple[BinlogPosition, int]] = []
         count, end = 0, start
+        stop_file, stop_pos = stop.file, stop.pos
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
                                    start=start)
         try:
             for raw in stream:
-                if not raw.artificial and raw.file == stop.file and raw.pos >= stop.pos:
-                    break
-                events = parser.parse(raw.data, raw.pos)
                 if raw.artificial:
+                    parse(raw.data, raw.pos)
                     continue
-                observe(raw.file, raw.pos, events)
+                if raw.file == stop_file and raw.pos >= stop_pos:
+                    break
                 count += 1
-                boundary = False
-                for ev in events:
-                    boundary = tracker.observe(ev, raw.file, raw.pos)
-                if boundary:
-                    file, pos = TxnTracker.next_position(events[-1], raw.file, raw.pos + len(raw.data))
-                    end = BinlogPosition.of(file, pos)
+                after = feed(raw.file, raw.pos, raw.data)
+                if after is not None:
+                    end = BinlogPosition.of(*after)
                     boundaries.append((end, count))
                     if end >= stop or (max_events and count >= max_events):
                         break
