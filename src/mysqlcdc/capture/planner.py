@@ -76,11 +76,17 @@ class RangePlanner:
         self.scan(start, end, None)
 
     # -- planning -----------------------------------------------------------
-    def next_end(self, start: BinlogPosition, max_events: int | None) -> BinlogPosition:
-        """The end of the next micro-batch: the server's position, or the first
-        transaction boundary after ``max_events`` events."""
+    def current(self) -> BinlogPosition:
+        """The server's binlog position now."""
+        return current_position(self._sql())
+
+    def next_end(self, start: BinlogPosition, max_events: int | None,
+                 target: BinlogPosition | None = None) -> BinlogPosition:
+        """The end of the next micro-batch: the server's position (never past
+        ``target``), or the first transaction boundary after ``max_events`` events."""
         self._ensure_history(start)
-        target = current_position(self._sql())
+        now = current_position(self._sql())
+        target = now if target is None or now < target else target
         if target <= start:
             return start
         scan = self.scan(start, target, max_events)
