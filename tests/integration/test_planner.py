@@ -53,3 +53,37 @@ def test_a_batch_is_scanned_once(mariadb, fresh_db, source_options, max_events):
         assert len(calls) == (1 if later > end else 0)
     finally:
         planner.close()
+
+
+def test_ddl_scan_shows_every_statement_and_nothing_else(mariadb, fresh_db, source_options,
+                                                          monkeypatch, caplog):
+    from mysqlcdc.binlog.events import QueryEvent
+    from mysqlcdc.capture import planner as planner_module
+
+    start = binlog_position(mariadb)
+    _rows(mariadb, fresh_db, txns=1000)   # > 4096 events: progress is checked
+    mariadb.sql(f"ALTER TABLE `{fresh_db}`.t ADD COLUMN w INT",
+                f"CREATE TABLE `{fresh_db}`.u (id INT PRIMARY KEY)")
+    _rows_u = [f"INSERT INTO `{fresh_db}`.u VALUES ({i})" for i in range(10)]
+    mariadb.sql(*_rows_u)
+    stop = binlog_position(mariadb)
+    planner = RangePlanner(SourceOptions.parse(source_options(
+        startingPosition=str(start), include=f"{fresh_db}.*")))
+    try:
+        full, fast = [], []
+
+        def record(into):
+            def observe(file, pos, events):
+                into.extend((file, pos, ev.query) for ev in events if isinstance(ev, QueryEvent))
+                assert all(isinstance(ev, QueryEvent) for ev in events) or into is full
+            return observe
+        planner.scan(start, stop, None, record(full))        # the batch skim, for reference
+        monkeypatch.setattr(planner_module, "_PROGRESS_AFTER_S", 0.0)
+        with caplog.at_level("WARNING", logger="mysqlcdc.capture.planner"):
+            planner.ddl_scan(start, stop, record(fast))
+    finally:
+        planner.close()
+    assert fast == full
+    ddl = [q for _, _, q in fast if "TABLE" in q]
+    assert len(ddl) == 3 and "ADD COLUMN w" in ddl[1]
+    assert any("schema history bootstrap: read" in r.message for r in caplog.records)

@@ -8,13 +8,17 @@ keeper its DDL and TABLE_MAPs.
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
 import pymysql
 
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.history import SchemaKeeper
-from mysqlcdc.capture.server import current_position, earliest_position
+from mysqlcdc.binlog import constants as C
+from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.capture.server import current_position, earliest_position, list_binlogs
 from mysqlcdc.capture.skim import Skimmer
 from mysqlcdc.capture.task import RangeTask
 from mysqlcdc.protocol.connection import connect_sql
@@ -23,6 +27,15 @@ from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["RangePlanner", "Scan"]
+
+log = logging.getLogger(__name__)
+
+_QUERIES = frozenset({C.QUERY_EVENT, C.MARIA_QUERY_COMPRESSED_EVENT})
+# what the bootstrap's DDL walk decodes: statements, and what keeps the parser's state
+_DDL_SCAN_PARSE = _QUERIES | {C.FORMAT_DESCRIPTION_EVENT, C.ROTATE_EVENT, C.START_EVENT_V3}
+_PAYLOAD = C.TRANSACTION_PAYLOAD_EVENT
+_PROGRESS_AFTER_S = 5.0
+_PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -67,7 +80,7 @@ class RangePlanner:
         """Bootstrap (or load) the schema history before planning from ``start``."""
         if self.keeper.catalog is None:
             current = current_position(self._sql())
-            self.keeper.ensure(start, current, lambda a, b, observe: self.scan(a, b, None, observe))
+            self.keeper.ensure(start, current, self.ddl_scan)
 
     def _process(self, start: BinlogPosition, end: BinlogPosition) -> None:
         """Bring the history up to ``end``: every DDL and TABLE_MAP of the range seen."""
@@ -172,6 +185,47 @@ class RangePlanner:
             self._processed = (start, end)
         return self._last_scan
 
+    def ddl_scan(self, start: BinlogPosition, stop: BinlogPosition, observe) -> None:
+        """Show ``observe`` every QUERY event of ``[start, stop)``; nothing else is
+        decoded (the schema bootstrap: only DDL matters there). Logs progress every
+        few seconds when the walk is long."""
+        parser = BinlogParser(include=lambda db, table: False, file=start.file)
+        parse, payload_inner = parser.parse, parser.payload_inner
+        total = _bytes_between(list_binlogs(self._sql()), start, stop)
+        began = time.monotonic()
+        report_at, seen, count = began + _PROGRESS_AFTER_S, 0, 0
+        stop_file, stop_pos = stop.file, stop.pos
+        stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
+                                   start=start, stop_at=stop)
+        try:
+            for raw in stream:
+                data = raw.data
+                code = data[4]
+                if raw.artificial:
+                    parse(data, raw.pos)
+                    continue
+                if raw.file == stop_file and raw.pos >= stop_pos:
+                    break
+                seen += len(data)
+                if code in _DDL_SCAN_PARSE:
+                    observe(raw.file, raw.pos, parse(data, raw.pos))
+                elif code == _PAYLOAD:
+                    for inner in payload_inner(data, raw.pos):
+                        if inner[4] in _QUERIES:
+                            observe(raw.file, raw.pos, parse(inner, raw.pos, inner=True))
+                count += 1
+                if not count & 0xFFF and time.monotonic() >= report_at:
+                    now = time.monotonic()
+                    report_at, elapsed = now + _PROGRESS_EVERY_S, now - began
+                    log.warning("schema history bootstrap: read %d of %d MB of binlog for DDL "
+                                "(at %s:%d, %.0f MB/s)", seen >> 20, total >> 20, raw.file,
+                                raw.pos, seen / 1e6 / max(elapsed, 1e-3))
+        finally:
+            stream.close()
+        if time.monotonic() - began >= _PROGRESS_AFTER_S:
+            log.warning("schema history bootstrap: read %d MB of binlog in %.1f s",
+                        seen >> 20, time.monotonic() - began)
+
     def close(self) -> None:
         if self._conn is not None:
             try:
@@ -192,3 +246,17 @@ def split(scan: Scan, parts: int) -> list[tuple[BinlogPosition, BinlogPosition]]
             cuts.append(position)
     edges = [scan.start, *cuts, scan.end]
     return [(a, b) for a, b in zip(edges, edges[1:]) if a < b]
+
+
+def _bytes_between(logs: list[tuple[str, int]], start: BinlogPosition,
+                   stop: BinlogPosition) -> int:
+    """Bytes of binlog from ``start`` to ``stop`` by the server's file list (for progress)."""
+    total = 0
+    for name, size in logs:
+        here = BinlogPosition.of(name, 4)
+        if here.file_number < start.file_number or here.file_number > stop.file_number:
+            continue
+        lo = start.pos if name == start.file else 0
+        hi = stop.pos if name == stop.file else size
+        total += max(hi - lo, 0)
+    return total
