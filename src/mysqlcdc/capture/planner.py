@@ -24,7 +24,7 @@ from mysqlcdc.capture.task import RangeTask
 from mysqlcdc.protocol.connection import connect_sql
 from mysqlcdc.protocol.stream import ReplicationStream, RetryPolicy
 from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
-from mysqlcdc.types import BinlogPosition
+from mysqlcdc.types import BinlogPosition, binlog_file_number
 
 __all__ = ["RangePlanner", "Scan"]
 
@@ -161,7 +161,8 @@ class RangePlanner:
         parse, feed = skimmer.parser.parse, skimmer.feed
         boundaries: list[tuple[BinlogPosition, int]] = []
         count, end = 0, start
-        stop_file, stop_pos = stop.file, stop.pos
+        stop_file, stop_pos, stop_key = stop.file, stop.pos, (stop.file_number, stop.pos)
+        numbers = {start.file: start.file_number}     # file name -> number, parsed once
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
                                    start=start)
         try:
@@ -174,9 +175,13 @@ class RangePlanner:
                 count += 1
                 after = feed(raw.file, raw.pos, raw.data)
                 if after is not None:
-                    end = BinlogPosition.of(*after)
+                    file, pos = after
+                    number = numbers.get(file)
+                    if number is None:
+                        number = numbers[file] = binlog_file_number(file)
+                    end = BinlogPosition(number, pos, file)
                     boundaries.append((end, count))
-                    if end >= stop or (max_events and count >= max_events):
+                    if (number, pos) >= stop_key or (max_events and count >= max_events):
                         break
         finally:
             stream.close()
