@@ -46,6 +46,11 @@ _EventHeader = E.EventHeader
 _new = object.__new__
 
 
+_FAILURES = (DecodeError, SchemaMismatch, ShortRead, ValueError, IndexError, KeyError,
+             struct.error, zlib.error, OverflowError, RecursionError, NotImplementedError,
+             MemoryError)
+
+
 class _HeaderSlots:
     """EventHeader's slot layout without its frozen ``__setattr__`` (see ``_parse``)."""
 
@@ -126,22 +131,54 @@ class BinlogParser:
                 cache.clear()
 
     # --- entry point ------------------------------------------------------
-    def parse(self, data: bytes | memoryview, pos: int | None = None) -> list[E.Event]:
-        """Decode one whole raw event; see the module docstring."""
+    def parse(self, data: bytes | memoryview, pos: int | None = None, *,
+              inner: bool = False) -> list[E.Event]:
+        """Decode one whole raw event; see the module docstring. ``inner``: an event
+        from ``payload_inner`` (it has no CRC32 of its own)."""
         if data.__class__ is not bytes:
             data = bytes(data)
         try:
-            return self._parse(data, pos, True)
-        except DecodeError as e:
+            return self._parse(data, pos, not inner)
+        except _FAILURES as e:
+            named = self._named(e, data, pos)
+            if named is e:
+                raise
+            raise named from e
+
+    def payload_inner(self, data: bytes, pos: int | None = None) -> list[bytes]:
+        """The raw inner events of a TRANSACTION_PAYLOAD, decompressed and framed but
+        not decoded (its own size and CRC32 checked): for a reader that looks at few
+        of them. Decode one with ``parse(raw, inner=True)``."""
+        try:
+            n = len(data)
+            if n < _HEADER_LEN or _U32_FROM(data, 9)[0] != n:
+                raise MalformedEventError(f"event size does not match its {n} bytes")
+            if self.checksum:
+                n -= 4
+                if self.verify_checksum and _crc32(data) != _CRC_RESIDUE:
+                    raise ChecksumMismatchError("event CRC32 does not match its bytes")
+            out = []
+            for _, raw in iter_inner_events(read_payload(data, self.header_length, n)):
+                if raw[4] in (C.TRANSACTION_PAYLOAD_EVENT, C.FORMAT_DESCRIPTION_EVENT):
+                    raise MalformedEventError(f"event type {raw[4]} inside a TRANSACTION_PAYLOAD")
+                out.append(raw)
+            return out
+        except _FAILURES as e:
+            named = self._named(e, data, pos)
+            if named is e:
+                raise
+            raise named from e
+
+    def _named(self, e: Exception, data: bytes, pos: int | None) -> Exception:
+        """The named DecodeError to raise for ``e``, met decoding ``data`` at ``pos``."""
+        if isinstance(e, DecodeError):
             if e.file is None and e.pos is None:
-                raise type(e)(e.message, file=self.file, pos=pos, event_type=_type_code(data)) from e
-            raise
-        except SchemaMismatch as e:
-            raise SchemaError(str(e)) from e
-        except (ShortRead, ValueError, IndexError, KeyError, struct.error, zlib.error,
-                OverflowError, RecursionError, NotImplementedError, MemoryError) as e:
-            raise MalformedEventError(f"cannot decode event: {e!r}", file=self.file, pos=pos,
-                                      event_type=_type_code(data)) from e
+                return type(e)(e.message, file=self.file, pos=pos, event_type=_type_code(data))
+            return e
+        if isinstance(e, SchemaMismatch):
+            return SchemaError(str(e))
+        return MalformedEventError(f"cannot decode event: {e!r}", file=self.file, pos=pos,
+                                   event_type=_type_code(data))
 
     def skim(self, data: bytes) -> int:
         """The type code of an XID or ANNOTATE_ROWS event whose framing, size and

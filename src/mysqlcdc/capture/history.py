@@ -61,6 +61,19 @@ class SchemaKeeper:
         self.trust_until: tuple[int, int] | None = None
         self._batch_start: BinlogPosition | None = None
         self._checked: dict[tuple[int, bytes], object] = {}
+        self._generation = 0
+
+    def generation(self, file: str, pos: int) -> tuple[int, bool]:
+        """Changes whenever a TABLE_MAP seen before could be judged differently here:
+        after any DDL (applied now or on an earlier run), quarantine, resolution or
+        history reload, and across the end of a ``schema_bootstrap: current`` trust."""
+        trusted = self.trust_until is not None and \
+            (BinlogPosition.of(file, pos).file_number, pos) < self.trust_until
+        return self._generation, trusted
+
+    def changed(self) -> None:
+        """The history changed outside the keeper (reloaded): check TABLE_MAPs afresh."""
+        self._generation += 1
 
     # -- bootstrap -------------------------------------------------------------
     def ensure(self, start: BinlogPosition, current: BinlogPosition,
@@ -156,6 +169,7 @@ class SchemaKeeper:
         else:
             self.catalog.tables[(db, table)] = definition
         self._checked.clear()
+        self._generation += 1
 
     # -- per batch ---------------------------------------------------------------
     def observer(self, batch_start: BinlogPosition) -> Callable[[str, int, list[Event]], None]:
@@ -171,8 +185,11 @@ class SchemaKeeper:
                 self._table_map(ev, file, pos)
 
     def _query(self, ev: QueryEvent, file: str, pos: int) -> None:
+        if classify(ev.query) == "ignore":
+            return
+        self._generation += 1          # definitions in force may differ from here on
         here = (BinlogPosition.of(file, pos).file_number, pos)
-        if here <= self.applied_to or classify(ev.query) == "ignore":
+        if here <= self.applied_to:
             return
         if self.trust_until is not None and here < self.trust_until:
             return
@@ -250,6 +267,7 @@ class SchemaKeeper:
 
     def _quarantine(self, db: str, table: str, at: BinlogPosition, reason: str,
                     ddl: str | None) -> None:
+        self._generation += 1
         q = Quarantine(db, table, at, self._batch_start or at, reason, ddl)
         self.history.quarantine(q)
         self.catalog.tables.pop((db, table), None)

@@ -1,28 +1,41 @@
 """Driver-side planning: where a range starts and ends, and how to split it.
 
-The planner keeps one SQL connection for server facts and, when a batch must
-be limited or split, runs a framing-only scan (rows are not decoded) over a
-replication connection to find transaction boundaries.
+The planner keeps one SQL connection for server facts and walks each batch's
+range once, over a replication connection, with a header skim (``capture.skim``:
+rows are never decoded) to find transaction boundaries and show the schema
+keeper its DDL and TABLE_MAPs.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
 import pymysql
 
-from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.history import SchemaKeeper
-from mysqlcdc.capture.server import current_position, earliest_position
+from mysqlcdc.binlog import constants as C
+from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.capture.server import current_position, earliest_position, list_binlogs
+from mysqlcdc.capture.skim import Skimmer
 from mysqlcdc.capture.task import RangeTask
-from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.protocol.connection import connect_sql
 from mysqlcdc.protocol.stream import ReplicationStream, RetryPolicy
 from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
-from mysqlcdc.types import BinlogPosition
+from mysqlcdc.types import BinlogPosition, binlog_file_number
 
 __all__ = ["RangePlanner", "Scan"]
+
+log = logging.getLogger(__name__)
+
+_QUERIES = frozenset({C.QUERY_EVENT, C.MARIA_QUERY_COMPRESSED_EVENT})
+# what the bootstrap's DDL walk decodes: statements, and what keeps the parser's state
+_DDL_SCAN_PARSE = _QUERIES | {C.FORMAT_DESCRIPTION_EVENT, C.ROTATE_EVENT, C.START_EVENT_V3}
+_PAYLOAD = C.TRANSACTION_PAYLOAD_EVENT
+_PROGRESS_AFTER_S = 5.0
+_PROGRESS_EVERY_S = 5.0
 
 
 @dataclass
@@ -67,7 +80,7 @@ class RangePlanner:
         """Bootstrap (or load) the schema history before planning from ``start``."""
         if self.keeper.catalog is None:
             current = current_position(self._sql())
-            self.keeper.ensure(start, current, lambda a, b, observe: self.scan(a, b, None, observe))
+            self.keeper.ensure(start, current, self.ddl_scan)
 
     def _process(self, start: BinlogPosition, end: BinlogPosition) -> None:
         """Bring the history up to ``end``: every DDL and TABLE_MAP of the range seen."""
@@ -76,11 +89,17 @@ class RangePlanner:
         self.scan(start, end, None)
 
     # -- planning -----------------------------------------------------------
-    def next_end(self, start: BinlogPosition, max_events: int | None) -> BinlogPosition:
-        """The end of the next micro-batch: the server's position, or the first
-        transaction boundary after ``max_events`` events."""
+    def current(self) -> BinlogPosition:
+        """The server's binlog position now."""
+        return current_position(self._sql())
+
+    def next_end(self, start: BinlogPosition, max_events: int | None,
+                 target: BinlogPosition | None = None) -> BinlogPosition:
+        """The end of the next micro-batch: the server's position (never past
+        ``target``), or the first transaction boundary after ``max_events`` events."""
         self._ensure_history(start)
-        target = current_position(self._sql())
+        now = current_position(self._sql())
+        target = now if target is None or now < target else target
         if target <= start:
             return start
         scan = self.scan(start, target, max_events)
@@ -91,6 +110,7 @@ class RangePlanner:
             return []
         self._ensure_history(start)
         self.history.reload()              # a `mysqlcdc schema resolve` may have written
+        self.keeper.changed()
         for r in list(self.history.unplanned()):
             self.history.mark_planned(r, start)
             self.keeper.resolved(r.db, r.table, r.definition if r.action == "reload" else None)
@@ -125,41 +145,91 @@ class RangePlanner:
 
     def scan(self, start: BinlogPosition, stop: BinlogPosition, max_events: int | None,
              observe=None) -> Scan:
-        """Walk event headers from ``start``; stop at ``stop`` or after ``max_events``.
+        """Skim events from ``start`` (``capture.skim``: no row is decoded); stop at
+        ``stop`` or at the first boundary after ``max_events`` events.
 
-        Every event is shown to the schema keeper (or to ``observe``) in order."""
-        if observe is None:
-            observe = self.keeper.observer(start)
-        parser = BinlogParser(include=lambda db, table: False, file=start.file)
-        tracker = TxnTracker()
+        Every QUERY and every TABLE_MAP not checked before is shown to the schema
+        keeper (or ``observe``, which then sees QUERY events only) in order. A scan
+        for the keeper records its range, so ``tasks`` does not walk it a second time
+        (a bound method is a new object on every access: compare by flag, not ``is``)."""
+        for_keeper = observe is None
+        if for_keeper:
+            skimmer = Skimmer(start.file, self.keeper.observer(start),
+                              generation=self.keeper.generation)
+        else:
+            skimmer = Skimmer(start.file, observe, table_maps=False)
+        parse, feed = skimmer.parser.parse, skimmer.feed
         boundaries: list[tuple[BinlogPosition, int]] = []
         count, end = 0, start
+        stop_file, stop_pos, stop_key = stop.file, stop.pos, (stop.file_number, stop.pos)
+        numbers = {start.file: start.file_number}     # file name -> number, parsed once
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
                                    start=start)
         try:
             for raw in stream:
-                if not raw.artificial and raw.file == stop.file and raw.pos >= stop.pos:
-                    break
-                events = parser.parse(raw.data, raw.pos)
                 if raw.artificial:
+                    parse(raw.data, raw.pos)
                     continue
-                observe(raw.file, raw.pos, events)
+                if raw.file == stop_file and raw.pos >= stop_pos:
+                    break
                 count += 1
-                boundary = False
-                for ev in events:
-                    boundary = tracker.observe(ev, raw.file, raw.pos)
-                if boundary:
-                    file, pos = TxnTracker.next_position(events[-1], raw.file, raw.pos + len(raw.data))
-                    end = BinlogPosition.of(file, pos)
+                after = feed(raw.file, raw.pos, raw.data)
+                if after is not None:
+                    file, pos = after
+                    number = numbers.get(file)
+                    if number is None:
+                        number = numbers[file] = binlog_file_number(file)
+                    end = BinlogPosition(number, pos, file)
                     boundaries.append((end, count))
-                    if end >= stop or (max_events and count >= max_events):
+                    if (number, pos) >= stop_key or (max_events and count >= max_events):
                         break
         finally:
             stream.close()
         self._last_scan = Scan(start, end, boundaries)
-        if observe is self.keeper.observe:
+        if for_keeper:
             self._processed = (start, end)
         return self._last_scan
+
+    def ddl_scan(self, start: BinlogPosition, stop: BinlogPosition, observe) -> None:
+        """Show ``observe`` every QUERY event of ``[start, stop)``; nothing else is
+        decoded (the schema bootstrap: only DDL matters there). Logs progress every
+        few seconds when the walk is long."""
+        parser = BinlogParser(include=lambda db, table: False, file=start.file)
+        parse, payload_inner = parser.parse, parser.payload_inner
+        total = _bytes_between(list_binlogs(self._sql()), start, stop)
+        began = time.monotonic()
+        report_at, seen, count = began + _PROGRESS_AFTER_S, 0, 0
+        stop_file, stop_pos = stop.file, stop.pos
+        stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
+                                   start=start, stop_at=stop)
+        try:
+            for raw in stream:
+                data = raw.data
+                code = data[4]
+                if raw.artificial:
+                    parse(data, raw.pos)
+                    continue
+                if raw.file == stop_file and raw.pos >= stop_pos:
+                    break
+                seen += len(data)
+                if code in _DDL_SCAN_PARSE:
+                    observe(raw.file, raw.pos, parse(data, raw.pos))
+                elif code == _PAYLOAD:
+                    for inner in payload_inner(data, raw.pos):
+                        if inner[4] in _QUERIES:
+                            observe(raw.file, raw.pos, parse(inner, raw.pos, inner=True))
+                count += 1
+                if not count & 0xFFF and time.monotonic() >= report_at:
+                    now = time.monotonic()
+                    report_at, elapsed = now + _PROGRESS_EVERY_S, now - began
+                    log.warning("schema history bootstrap: read %d of %d MB of binlog for DDL "
+                                "(at %s:%d, %.0f MB/s)", seen >> 20, total >> 20, raw.file,
+                                raw.pos, seen / 1e6 / max(elapsed, 1e-3))
+        finally:
+            stream.close()
+        if time.monotonic() - began >= _PROGRESS_AFTER_S:
+            log.warning("schema history bootstrap: read %d MB of binlog in %.1f s",
+                        seen >> 20, time.monotonic() - began)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -181,3 +251,17 @@ def split(scan: Scan, parts: int) -> list[tuple[BinlogPosition, BinlogPosition]]
             cuts.append(position)
     edges = [scan.start, *cuts, scan.end]
     return [(a, b) for a, b in zip(edges, edges[1:]) if a < b]
+
+
+def _bytes_between(logs: list[tuple[str, int]], start: BinlogPosition,
+                   stop: BinlogPosition) -> int:
+    """Bytes of binlog from ``start`` to ``stop`` by the server's file list (for progress)."""
+    total = 0
+    for name, size in logs:
+        here = BinlogPosition.of(name, 4)
+        if here.file_number < start.file_number or here.file_number > stop.file_number:
+            continue
+        lo = start.pos if name == start.file else 0
+        hi = stop.pos if name == stop.file else size
+        total += max(hi - lo, 0)
+    return total

@@ -23,7 +23,12 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from mysqlcdc.capture.planner import RangePlanner
 from mysqlcdc.capture.task import RangeTask, read_range
@@ -67,12 +72,19 @@ class MysqlcdcDataSource(DataSource):
         return MysqlcdcBatchReader(SourceOptions.parse(self.options))
 
 
-class MysqlcdcStreamReader(DataSourceStreamReader):
-    """Plans micro-batches; lives in one driver-side process per query."""
+class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches; lives in one driver-side process per query.
+
+    Admission control (``maxEventsPerBatch``) holds under every trigger: for
+    ``trigger(availableNow=True)`` Spark calls ``prepareForTriggerAvailableNow``
+    first, the server's position then becomes the query's target, and the backlog
+    up to it is read in bounded batches (without the mixin Spark would ask for
+    everything at once, one unbounded batch)."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._planner: RangePlanner | None = None
+        self._target: BinlogPosition | None = None
 
     @property
     def planner(self) -> RangePlanner:
@@ -87,9 +99,12 @@ class MysqlcdcStreamReader(DataSourceStreamReader):
         n = self.options.max_events_per_batch
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.planner.current()
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return _offset(self.planner.next_end(_position(start), max_events))
+        return _offset(self.planner.next_end(_position(start), max_events, self._target))
 
     def reportLatestOffset(self) -> dict | None:
         return None
