@@ -46,12 +46,13 @@ class BinlogPosition:
         return f"{self.file}:{self.pos}"
 
 
-# seq = file_number * SEQ_FILE + event_pos * SEQ_POS + row_index.
+# seq = file_number * SEQ_FILE + event_pos * SEQ_POS + 2 * row_index + part, part 1 only
+# for the create half of an update that changed the row's key (docs/ENVELOPE.md).
 # A decimal(38,0): exact, strictly increasing in binlog order across files,
 # identical on replay and sortable everywhere (see docs/ENVELOPE.md).
 SEQ_POS = 10**12
 SEQ_FILE = 10**24
 
 
-def make_seq(file_number: int, event_pos: int, row_index: int) -> int:
-    return file_number * SEQ_FILE + event_pos * SEQ_POS + row_index
+def make_seq(file_number: int, event_pos: int, row_index: int, part: int = 0) -> int:
+    return file_number * SEQ_FILE + event_pos * SEQ_POS + 2 * row_index + part

@@ -27,7 +27,7 @@ TXNS = 500
 # change of issue 19 is merged; the mirror applies those per key in seq order. Until then an
 # UPDATE of the key is one `u` under the new key and the old row would stay: enable after
 # merging branch i19.
-PK_CHANGES = False
+PK_CHANGES = True
 
 
 def _sink(kind: str, server) -> str:

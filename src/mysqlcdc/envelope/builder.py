@@ -21,7 +21,7 @@ from orjson import dumps as _orjson_dumps
 
 from mysqlcdc.binlog.rowscan import RawRows
 from mysqlcdc.envelope.columnar import ValueFailed, image_plan, make_context
-from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_DELETE
+from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_DELETE, OP_UPDATE
 from mysqlcdc.errors import MalformedEventError
 from mysqlcdc.types import SEQ_FILE, SEQ_POS
 
@@ -80,6 +80,8 @@ class EnvelopeBuilder:
         self._before: list[str | None] = []
         self._after: list[str | None] = []
         self._key: list[str | None] = []
+        # per row: an update's key from its before image (None for other ops)
+        self._old_key: list[str | None] = []
         # per event: (rows, op, db, table, ts_ms, server_id, gtid, txn_id, file, pos,
         #             query, first row, seq of the first row)
         self._events: list[tuple] = []
@@ -117,6 +119,7 @@ class EnvelopeBuilder:
         n = len(rows)
         if not n:
             return first_row
+        self._old_key += [None] * n
         if rows.__class__ is not RawRows:
             self._add_texts(op, rows, key_columns)
         elif not self._defer(op, rows, key_columns, file, pos, event_type):
@@ -128,12 +131,18 @@ class EnvelopeBuilder:
             self._add_texts(op, decoded, key_columns)
         self._events.append((n, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
                              file, pos, query, first_row,
-                             file_number * SEQ_FILE + pos * SEQ_POS + first_row))
+                             file_number * SEQ_FILE + pos * SEQ_POS + 2 * first_row))
         return first_row + n
 
     def _add_texts(self, op: str, rows: Sequence[tuple[dict | None, dict | None]],
                    key_columns: Sequence[str] | None) -> None:
         """The before/after/key texts of decoded rows (the reference path)."""
+        if op == OP_UPDATE:
+            n = len(rows)
+            self._old_key[-n:] = [
+                None if b is None else
+                (_key_text(key_columns, b, a, OP_DELETE) if key_columns else _encode_utf8(b))
+                for b, a in rows]
         if len(rows) == 1:
             before, after = rows[0]
             b = None if before is None else _encode_utf8(before)
@@ -205,7 +214,9 @@ class EnvelopeBuilder:
         primary = rows.before if delete else rows.after
         names = {rows.cols[i].name for i in primary}
         sides = [(p, s) for p, s in ((rows.before, 0), (rows.after, 1)) if p is not None]
-        if not all(k in names for k in keys):
+        update = op == OP_UPDATE
+        old_names = {rows.cols[i].name for i in rows.before} if update and rows.before else names
+        if not all(k in names and k in old_names for k in keys):
             entry = (None, None, None, None)
         else:
             found = []
@@ -214,7 +225,15 @@ class EnvelopeBuilder:
                 group = self._groups.get(gk)
                 if group is None:
                     group = self._groups[gk] = _Group(rows.cols, present, side)
-                found += [group, keys if (side == 0) == delete else None]
+                # what this side's key texts are for: the key column (2), or an
+                # update's key before the change (3), compared with the new one in take
+                if (side == 0) == delete:
+                    tag = (keys, 2)
+                elif update and side == 0:
+                    tag = (keys, 3)
+                else:
+                    tag = None
+                found += [group, tag]
             found += [None, None]
             entry = tuple(found[:4])
         if len(self._memo) > 4096:
@@ -230,6 +249,7 @@ class EnvelopeBuilder:
         self._before.append(None if before is None else _encode(before))
         self._after.append(None if after is None else _encode(after))
         self._key.append(None)
+        self._old_key.append(None)
         self._events.append((1, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
                              file, pos, query, 0, file_number * SEQ_FILE + pos * SEQ_POS))
 
@@ -250,10 +270,11 @@ class EnvelopeBuilder:
         index = pc.subtract(pc.cumulative_sum(_run_end_decode(
             pa.array([total], pa.int64()), pa.array([1], pa.int64()))), 1)
         row = pc.add(index, per_event(tuple(f - s for f, s in zip(first, starts)), pa.int64()))
-        before, after, key = (_text_array(self._before), _text_array(self._after),
-                              _text_array(self._key))
+        before, after, key, old_key = (_text_array(self._before), _text_array(self._after),
+                                       _text_array(self._key), _text_array(self._old_key))
         if self._bufs:
-            before, after, key = _convert_groups(self._groups, self._bufs, total, before, after, key)
+            before, after, key, old_key = _convert_groups(self._groups, self._bufs, total,
+                                                          before, after, key, old_key)
         columns = {
             "op": per_event(op, pa.string()), "db": per_event(db, pa.string()),
             "table": per_event(table, pa.string()), "before": before,
@@ -263,9 +284,12 @@ class EnvelopeBuilder:
             "file": per_event(file, pa.string()), "pos": per_event(pos, pa.int64()),
             "row": row.cast(pa.int32()), "seq": _seq_array(seqs, counts),
             "query": per_event(query, pa.string()),
+            "moved_key": pa.nulls(total, pa.string()),
         }
         self._reset()
-        return pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+        batch = pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA],
+                                           schema=ARROW_SCHEMA)
+        return _split_key_changes(batch, old_key)
 
 
 class _Group:
@@ -291,10 +315,10 @@ def _ranges(firsts: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, before: pa.Array,
-                    after: pa.Array, key: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """The before/after/key texts of the deferred images, put in their rows."""
+                    after: pa.Array, key: pa.Array, old_key: pa.Array) -> tuple[pa.Array, ...]:
+    """The before/after/key/old-key texts of the deferred images, put in their rows."""
     ctx = make_context(bufs)
-    placed: list[list] = [[], [], []]        # per output column: (rows, texts) parts
+    placed: list[list] = [[], [], [], []]    # before, after, key, old key: (rows, texts) parts
     for group in groups.values():
         if not group.events:
             continue
@@ -316,16 +340,17 @@ def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, 
         # keys: per distinct key-column tuple, the images whose key comes from here
         starts = np.cumsum(counts) - counts
         key_sets = set(keyed)
-        for keys in key_sets:
-            if keys is None:
+        for tag in key_sets:
+            if tag is None:
                 continue
+            keys, target = tag
             texts = plan.key_texts(frags, keys) if keys else images
             if len(key_sets) == 1:
-                placed[2].append((rows, texts))
+                placed[target].append((rows, texts))
                 continue
-            pick = np.array([k == keys for k in keyed])
+            pick = np.array([k == tag for k in keyed])
             sel = _ranges(starts[pick], counts[pick])
-            placed[2].append((rows[sel], texts.take(pa.array(sel))))
+            placed[target].append((rows[sel], texts.take(pa.array(sel))))
 
     def put(column: pa.Array, parts: list) -> pa.Array:
         """``column`` (null where deferred) with each part's texts in its rows: one
@@ -344,7 +369,46 @@ def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, 
         return pa.Array.from_buffers(pa.string(), len(merged), merged.buffers(),
                                      null_count=merged.null_count, offset=merged.offset)
 
-    return put(before, placed[0]), put(after, placed[1]), put(key, placed[2])
+    return (put(before, placed[0]), put(after, placed[1]), put(key, placed[2]),
+            put(old_key, placed[3]))
+
+
+def _split_key_changes(batch: pa.RecordBatch, old_key: pa.Array) -> pa.RecordBatch:
+    """Every update whose key changed becomes a delete of the old key and a create of the
+    new one at the same position (docs/ENVELOPE.md): ``d`` (before, old key, seq) then
+    ``c`` (after, new key, seq + 1), each naming the other's key in ``moved_key``."""
+    op, key = batch.column(0), batch.column(5)
+    # an old key of "{}" comes from a before image without columns: unknown, not moved
+    moved = pc.fill_null(pc.and_(pc.and_(pc.equal(op, OP_UPDATE), pc.not_equal(key, old_key)),
+                                 pc.not_equal(old_key, "{}")), False)
+    if not pc.any(moved).as_py():
+        return batch
+    flags = moved.to_numpy(zero_copy_only=False)
+    index = np.repeat(np.arange(len(flags)), 1 + flags.astype(np.int64))
+    taken = batch.take(pa.array(index))
+    old = old_key.take(pa.array(index))
+    # the first copy of a moved row is its delete half, the second its create half
+    first_copy = np.ones(len(index), bool)
+    first_copy[1:] = index[1:] != index[:-1]
+    moved_t = flags[index]
+    is_d = pa.array(moved_t & first_copy)
+    is_c = pa.array(moved_t & ~first_copy)
+    null = pa.scalar(None, pa.string())
+    cols = dict(zip(batch.schema.names, taken.columns))
+    new_key = cols["key"]
+    cols["op"] = pc.if_else(is_d, "d", pc.if_else(is_c, "c", cols["op"]))
+    cols["before"] = pc.if_else(is_c, null, cols["before"])
+    cols["after"] = pc.if_else(is_d, null, cols["after"])
+    cols["key"] = pc.if_else(is_d, old, new_key)
+    cols["moved_key"] = pc.if_else(is_d, new_key, pc.if_else(is_c, old, null))
+    seq = cols["seq"]
+    limbs = np.frombuffer(seq.buffers()[1], "<u8").reshape(-1, 2)[seq.offset:seq.offset + len(seq)].copy()
+    bump = (moved_t & ~first_copy).astype(np.uint64)
+    low = limbs[:, 0] + bump
+    limbs[:, 1] += (low < limbs[:, 0]).astype(np.uint64)
+    limbs[:, 0] = low
+    cols["seq"] = pa.Array.from_buffers(seq.type, len(seq), [None, pa.py_buffer(limbs)])
+    return pa.RecordBatch.from_arrays([cols[n] for n in batch.schema.names], schema=batch.schema)
 
 
 def _as_binary(a: pa.Array) -> pa.Array:
@@ -368,29 +432,30 @@ _LOW64 = (1 << 64) - 1
 
 
 def _seq_array(firsts: tuple[int, ...], counts: tuple[int, ...]) -> pa.Array:
-    """The seq column, ``firsts[i]``, ``firsts[i] + 1`` ... for ``counts[i]`` rows each,
+    """The seq column, ``firsts[i]``, ``firsts[i] + 2`` ... for ``counts[i]`` rows each
+    (a row's seq is even; the create half of a key change takes the odd one after it),
     written straight into the decimal128 buffer (16-byte little-endian two's
     complement); converting each int through pyarrow's decimal path costs
     microseconds a row."""
-    if 0 <= min(firsts) and max(f + c for f, c in zip(firsts, counts)) <= _SEQ_MAX:
+    if 0 <= min(firsts) and max(f + 2 * c for f, c in zip(firsts, counts)) <= _SEQ_MAX:
         # each event's first seq as two 64-bit limbs, plus the row's index in the event
         # with the carry into the high limb: no Python int per row
         counts_a = np.array(counts, np.int64)
         lo = np.repeat(np.array([f & _LOW64 for f in firsts], np.uint64), counts_a)
         hi = np.repeat(np.array([f >> 64 for f in firsts], np.uint64), counts_a)
-        step = (np.arange(int(counts_a.sum()), dtype=np.int64)
-                - np.repeat(np.cumsum(counts_a) - counts_a, counts_a)).astype(np.uint64)
+        step = 2 * (np.arange(int(counts_a.sum()), dtype=np.int64)
+                    - np.repeat(np.cumsum(counts_a) - counts_a, counts_a)).astype(np.uint64)
         low = lo + step
         limbs = np.empty((len(low), 2), np.uint64)
         limbs[:, 0] = low
         limbs[:, 1] = hi + (low < lo)
         return pa.Array.from_buffers(_SEQ_TYPE, len(low), [None, pa.py_buffer(limbs.astype("<u8"))])
-    if -_SEQ_MAX < min(firsts) and max(f + c for f, c in zip(firsts, counts)) <= _SEQ_MAX:
-        buf = b"".join([(f + j).to_bytes(16, "little", signed=True)
+    if -_SEQ_MAX < min(firsts) and max(f + 2 * c for f, c in zip(firsts, counts)) <= _SEQ_MAX:
+        buf = b"".join([(f + 2 * j).to_bytes(16, "little", signed=True)
                         for f, c in zip(firsts, counts) for j in range(c)])
         return pa.Array.from_buffers(_SEQ_TYPE, sum(counts), [None, pa.py_buffer(buf)])
     # out of range: pyarrow decides
-    return pa.array([f + j for f, c in zip(firsts, counts) for j in range(c)], type=_SEQ_TYPE)
+    return pa.array([f + 2 * j for f, c in zip(firsts, counts) for j in range(c)], type=_SEQ_TYPE)
 
 
 def _encode_all(images: list[dict | None]) -> list[bytes | str | None]:

@@ -37,6 +37,7 @@ ENVELOPE_FIELDS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("row", "INT", pa.int32()),
     ("seq", "DECIMAL(38,0)", pa.decimal128(38, 0)),
     ("query", "STRING", pa.string()),
+    ("moved_key", "STRING", pa.string()),
 )
 
 ENVELOPE_DDL = ", ".join(f"`{name}` {ddl}" for name, ddl, _ in ENVELOPE_FIELDS)

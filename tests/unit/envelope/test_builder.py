@@ -21,15 +21,24 @@ _IMAGES = [
 
 
 def _expected(op, rows, key_columns, first_row, base):
+    """(op, before, after, key, moved_key, row, seq) by the envelope's definition: an
+    update whose key changed is a delete of the old key and a create of the new one."""
     out = []
     for i, (before, after) in enumerate(rows):
         b = None if before is None else _encode(before)
         a = None if after is None else _encode(after)
         if key_columns:
             key = _encode(_key_of(key_columns, before, after, op))
+            old = None if before is None else _encode(_key_of(key_columns, before, after, "d"))
         else:
             key = b if op == "d" else a
-        out.append((b, a, key, first_row + i, base + i))
+            old = b
+        seq = base + 2 * i
+        if op == "u" and old is not None and old != key:
+            out.append(("d", b, None, old, key, first_row + i, seq))
+            out.append(("c", None, a, key, old, first_row + i, seq + 1))
+        else:
+            out.append((op, b, a, key, None, first_row + i, seq))
     return out
 
 
@@ -55,24 +64,25 @@ def test_rows_match_the_plain_definition(op, key_columns, n):
     nxt = b.add_rows(op, "db", "t", rows, key_columns, ctx, "bin.000042", 42, 777, 3, query="q")
     batch = b.take()
     assert nxt == 3 + len(rows) and batch.schema == ARROW_SCHEMA
-    want = _expected(op, rows, key_columns, 3, 42 * SEQ_FILE + 777 * SEQ_POS + 3)
-    got = list(zip(*(batch.column(c).to_pylist() for c in ("before", "after", "key", "row", "seq"))))
-    assert [(b_, a, k, r, int(s)) for b_, a, k, r, s in got] == want
-    assert set(batch.column("op").to_pylist()) == {op} and set(batch.column("query").to_pylist()) == {"q"}
+    want = _expected(op, rows, key_columns, 3, 42 * SEQ_FILE + 777 * SEQ_POS + 2 * 3)
+    got = list(zip(*(batch.column(c).to_pylist()
+                     for c in ("op", "before", "after", "key", "moved_key", "row", "seq"))))
+    assert [(o, b_, a, k, m, r, int(s)) for o, b_, a, k, m, r, s in got] == want
+    assert set(batch.column("query").to_pylist()) == {"q"}
 
 
 def test_seq_buffer_equals_pyarrow_conversion():
-    firsts = (0, 10**24 + 5 * 10**12, 999_999 * 10**24 + 2**40 * 10**12 + 12345, 10**38 - 3,
+    firsts = (0, 10**24 + 5 * 10**12, 999_999 * 10**24 + 2**40 * 10**12 + 12345, 10**38 - 5,
               -(10**38) + 1)
     counts = (1, 3, 2, 3, 1)
-    want = [f + j for f, c in zip(firsts, counts) for j in range(c)]
+    want = [f + 2 * j for f, c in zip(firsts, counts) for j in range(c)]
     assert _seq_array(firsts, counts).equals(pa.array(want, type=pa.decimal128(38, 0)))
 
 
 def test_seq_limbs_carry_into_the_high_word():
-    firsts = (0, 2**64 - 2, 5 * 2**64 + 2**64 - 1, 10**24 + 7, 10**38 - 3)
+    firsts = (0, 2**64 - 2, 5 * 2**64 + 2**64 - 1, 10**24 + 7, 10**38 - 5)
     counts = (2, 4, 2, 1, 3)
-    want = [f + j for f, c in zip(firsts, counts) for j in range(c)]
+    want = [f + 2 * j for f, c in zip(firsts, counts) for j in range(c)]
     assert _seq_array(firsts, counts).equals(pa.array(want, type=pa.decimal128(38, 0)))
 
 
@@ -93,7 +103,7 @@ def test_events_and_rows_mix_and_empty_batches():
         ("c", "db", 100, 2, None, '{"id":1}'), ("s", "db", 200, 0, None, None),
         ("d", "db2", 300, 5, "0-1-2", '{"id":2}')]
     assert [int(r["seq"]) for r in rows] == [
-        10**24 + 100 * 10**12, 10**24 + 100 * 10**12 + 1, 10**24 + 100 * 10**12 + 2,
-        10**24 + 200 * 10**12, 2 * 10**24 + 300 * 10**12 + 5]
+        10**24 + 100 * 10**12, 10**24 + 100 * 10**12 + 2, 10**24 + 100 * 10**12 + 4,
+        10**24 + 200 * 10**12, 2 * 10**24 + 300 * 10**12 + 10]
     assert rows[3]["query"] == "ALTER TABLE t ADD c INT" and rows[3]["after"] == '{"table":"t"}'
     assert len(b) == 0 and b.take().num_rows == 0

@@ -32,10 +32,11 @@ ROW = {
 def test_mysqlcdc_value_is_the_envelope_with_exact_values():
     value = json.loads(mysqlcdc_value(ROW))
     assert list(value) == ["op", "db", "table", "before", "after", "key", "ts_ms",
-                           "server_id", "gtid", "txn_id", "file", "pos", "row", "seq", "query"]
+                           "server_id", "gtid", "txn_id", "file", "pos", "row", "seq", "query",
+                           "moved_key"]
     assert value["before"] == {"id": 18446744073709551615, "amount": "-12.3400", "note": 'a"b'}
     assert value["after"]["note"] is None and value["seq"] == str(SEQ)
-    assert int(value["seq"]) == 3 * 10**24 + 1234 * 10**12 + 2
+    assert int(value["seq"]) == 3 * 10**24 + 1234 * 10**12 + 2 * 2
     # The row images are embedded byte for byte, not re-encoded.
     assert ROW["before"].encode() in mysqlcdc_value(ROW)
 
@@ -136,3 +137,13 @@ def test_kafka_secrets_come_from_the_environment_and_are_never_dumped():
     assert "hunter2" not in repr(settings)
     with pytest.raises(Exception, match="KAFKA_PW"):
         load_pipeline_from_dict(cfg.model_dump(mode="json"), env={})
+
+
+def test_key_change_halves_carry_each_others_key_in_headers():
+    delete = {**ROW, "op": "d", "after": None, "moved_key": '{"id":5}'}
+    create = {**ROW, "op": "c", "before": None, "key": '{"id":5}',
+              "moved_key": '{"id":18446744073709551615}'}
+    assert dict(headers(delete))["__debezium.newkey"] == b'{"id":5}'
+    assert dict(headers(create))["__debezium.oldkey"] == b'{"id":18446744073709551615}'
+    assert not any(k.startswith("__debezium") for k, _ in headers(ROW))
+    assert json.loads(mysqlcdc_value(create))["moved_key"] == {"id": 18446744073709551615}

@@ -12,7 +12,9 @@ their exact encoding (BIGINT UNSIGNED, DECIMAL strings) byte for byte.
   with Debezium MySQL's ``source`` block (``connector: "mysql"``, ``name``, ``ts_ms``,
   ``snapshot``, ``db``, ``table``, ``server_id``, ``gtid``, ``file``, ``pos``, ``row``,
   ``thread``, ``query``) plus ``seq``; top-level ``ts_ms`` is when the sink wrote it.
-* headers: ``seq``, ``file``, ``pos``, ``row``, ``gtid`` (when known) as UTF-8 text.
+* headers: ``seq``, ``file``, ``pos``, ``row``, ``gtid`` (when known) as UTF-8 text; the two
+  halves of a key change add ``__debezium.newkey`` (on the delete) or
+  ``__debezium.oldkey`` (on the create) with the other half's key.
 
 ``seq`` is text everywhere (38 digits do not fit a JSON double); compare it as an integer.
 """
@@ -61,7 +63,7 @@ def mysqlcdc_value(row: Row) -> bytes:
         f'"ts_ms":{_j(row["ts_ms"])},"server_id":{_j(row["server_id"])},'
         f'"gtid":{_j(row["gtid"])},"txn_id":{_j(row["txn_id"])},"file":{_j(row["file"])},'
         f'"pos":{_j(row["pos"])},"row":{_j(row["row"])},"seq":"{row["seq"]}",'
-        f'"query":{_j(row.get("query"))}}}'
+        f'"query":{_j(row.get("query"))},"moved_key":{_raw(row.get("moved_key"))}}}'
     ).encode()
 
 
@@ -85,6 +87,12 @@ def headers(row: Row) -> list[tuple[str, bytes]]:
            ("pos", str(row["pos"]).encode()), ("row", str(row["row"]).encode())]
     if row["gtid"] is not None:
         out.append(("gtid", row["gtid"].encode()))
+    moved = row.get("moved_key")
+    if moved is not None:
+        # a key change's halves name each other's key, as Debezium's headers do: the
+        # delete of the old key carries the new one, the create carries the old one
+        name = "__debezium.newkey" if row["op"] == "d" else "__debezium.oldkey"
+        out.append((name, moved.encode()))
     return out
 
 
