@@ -130,10 +130,10 @@ def trickle(args) -> dict:
             folder.mkdir()
             (folder / "pipeline.yaml").write_text(
                 _yaml(server, start=f"{start[0]}:{start[1]}", include="shop.*", fmt=fmt,
-                      server_id=7400 + len(procs), extra=extra))
+                      server_id=7400 + 10 * len(procs), extra=extra))
             log = open(folder / "run.log", "wb")
             procs[fmt] = subprocess.Popen(
-                [sys.executable, "-m", "mysqlcdc.cli.main", "run", str(folder / "pipeline.yaml")],
+                [sys.executable, "-m", "mysqlcdc.cli.main", "run", str(folder / "pipeline.yaml"), "--verbose"],
                 env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         stop = threading.Event()
         written = {"n": 0}
@@ -174,6 +174,9 @@ def trickle(args) -> dict:
                 p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        OUT_DIR.mkdir(parents=True, exist_ok=True)
+        for fmt in FORMATS:
+            shutil.copy(work / fmt / "run.log", OUT_DIR / f"trickle-{fmt}.log")
         out = {"seconds": args.trickle_s, "changes": written["n"], "compact_every": args.compact_every}
         for fmt in FORMATS:
             root = work / fmt / "changelog"
@@ -221,7 +224,20 @@ def main() -> None:
     parser.add_argument("--trickle-s", type=float, default=0.0)
     parser.add_argument("--trickle-rate", type=float, default=10.0)
     parser.add_argument("--compact-every", default="60")
+    parser.add_argument("--once", choices=FORMATS,
+                        help="one run of this format on the first of --workloads (for timing "
+                        "the whole command from outside)")
     args = parser.parse_args()
+    if args.once:
+        basedir = data_dir_for(args.rows, args.seed)
+        manifest = json.loads((basedir / "manifest.json").read_text())
+        server = BenchServer(basedir=basedir).start()
+        try:
+            info = manifest["workloads"][args.workloads.split(",")[0]]
+            print(json.dumps(run_once(server, info, args.once, 7350)))
+        finally:
+            server.stop()
+        return
     out: dict = {"rows": args.rows, "seed": args.seed, "cpus": os.cpu_count()}
     if args.reps:
         basedir = data_dir_for(args.rows, args.seed)
