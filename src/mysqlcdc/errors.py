@@ -70,6 +70,9 @@ __all__ = [
     "MirrorAuthError",
     "MirrorUnavailableError",
     "ChangelogWriteError",
+    "SourceChangedError",
+    "OutageTooLongError",
+    "from_text",
 ]
 
 
@@ -229,9 +232,28 @@ class ServerUnreachableError(TransientError):
     hint = "Check host and port, that the server is running and that no firewall is in the way."
 
 
+class OutageTooLongError(ServerUnreachableError):
+    """The source stayed away longer than ``source.reconnect.max_wait_s``: terminal, so
+    that no retry loop further up starts a second wait."""
+
+    transient = False
+    hint = ("Start the server (or fix the network) and run the pipeline again: it resumes "
+            "from its checkpoint. Raise source.reconnect.max_wait_s to wait longer.")
+
+
 class ConnectionLostError(TransientError):
     code = "CONNECTION_LOST"
     hint = "The connection dropped; mysqlcdc reconnects and resumes from the last position."
+
+
+class SourceChangedError(TerminalError):
+    """After a reconnect the server is not the one the pipeline read from, or its binlog
+    no longer holds the pipeline's position (RESET MASTER, another datadir)."""
+
+    code = "SOURCE_CHANGED"
+    hint = ("Point source.host/port back at the server this pipeline captured from; to "
+            "capture this server instead, start a new pipeline (a new spark.checkpoint) "
+            "from a position on it. Nothing after the checkpoint was skipped.")
 
 
 class SchemaBootstrapError(SchemaError):
@@ -311,3 +333,32 @@ class ChangelogWriteError(TransientError):
     code = "CHANGELOG_WRITE_FAILED"
     hint = ("Fix the storage (space, permissions, mount) and run the pipeline again: the "
             "batch is replayed and committed exactly once.")
+
+
+_NAMED = None
+
+
+def from_text(text: str) -> MysqlcdcError | None:
+    """The mysqlcdc error inside a wrapped exception's text (Spark re-raises a Python
+    data source's exception as a Java one whose message holds the Python traceback):
+    rebuilt from its last ``mysqlcdc.errors.Name: [CODE] message`` line and hint."""
+    import re
+
+    global _NAMED
+    if _NAMED is None:
+        _NAMED = re.compile(r"mysqlcdc\.[\w.]*?(\w+): \[([A-Z][A-Z0-9_]*)\] ([^\n]*)"
+                            r"(?:\n\s*hint: ([^\n]*))?")
+    found = None
+    for found in _NAMED.finditer(text):
+        pass
+    if found is None:
+        return None
+    name, code, message, hint = found.groups()
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, MysqlcdcError)):
+        cls = type(name, (MysqlcdcError,), {"code": code})
+    err = cls(message.strip(), hint=hint.strip() if hint else None)
+    if err.code != code:          # a subclass sharing its parent's class name space
+        err.code = code           # type: ignore[misc]
+    return err
+

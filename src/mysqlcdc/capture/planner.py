@@ -8,9 +8,12 @@ keeper its DDL and TABLE_MAPs.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pymysql
 
@@ -18,11 +21,20 @@ from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.history import SchemaKeeper
 from mysqlcdc.binlog import constants as C
 from mysqlcdc.binlog.parser import BinlogParser
-from mysqlcdc.capture.server import current_position, earliest_position, list_binlogs
+from mysqlcdc.capture.server import (
+    SourceIdentity,
+    check_position,
+    current_position,
+    earliest_position,
+    list_binlogs,
+    source_identity,
+)
 from mysqlcdc.capture.skim import Skimmer
 from mysqlcdc.capture.task import RangeTask
 from mysqlcdc.protocol.connection import connect_sql
-from mysqlcdc.protocol.stream import ReplicationStream, RetryPolicy
+from mysqlcdc.errors import SourceChangedError
+from mysqlcdc.protocol import retry
+from mysqlcdc.protocol.stream import ReplicationStream
 from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
 from mysqlcdc.types import BinlogPosition, binlog_file_number
 
@@ -56,18 +68,90 @@ class RangePlanner:
         self.keeper = SchemaKeeper(self.history, options.tables, self._sql,
                                    bootstrap=options.schema_bootstrap)
         self._processed: tuple[BinlogPosition, BinlogPosition] | None = None
+        self._identity: SourceIdentity | None = None   # the server first seen
+        self._verify_position = True                    # after every (re)connect
+        folder = options.schema_history
+        self._identity_file = None if folder is None else Path(folder) / "source.json"
+        self._status_file = None if folder is None else Path(folder) / "source-status.json"
+        if self._status_file is not None:
+            retry.STATS.listen(self._write_status)
 
     # -- server facts -------------------------------------------------------
     def _sql(self):
-        """The planner's SQL connection, reopened if the server dropped it."""
+        """The planner's SQL connection, reopened if the server dropped it. Every new
+        connection is checked to reach the same server as before."""
         if self._conn is not None:
             try:
                 self._conn.ping(reconnect=False)
                 return self._conn
             except (pymysql.err.Error, OSError):
-                self._conn = None
-        self._conn = connect_sql(self.options.settings)   # named errors on failure
-        return self._conn
+                self.drop_connection()
+        conn = connect_sql(self.options.settings)   # named errors on failure
+        try:
+            self._check_identity(conn)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._verify_position = conn, True
+        return conn
+
+    def drop_connection(self) -> None:
+        """Forget the SQL connection (after a failure: the next call reconnects)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:   # noqa: BLE001 - it is broken already
+                pass
+
+    def _check_identity(self, conn) -> None:
+        """Stop with SOURCE_CHANGED if this connection reaches another server than the one
+        this pipeline read from (this process's first, or the one its checkpoint recorded)."""
+        now = source_identity(conn)
+        known = self._identity
+        if known is None and self._identity_file is not None and self._identity_file.is_file():
+            try:
+                known = SourceIdentity.from_json(json.loads(self._identity_file.read_text()))
+            except (ValueError, KeyError, TypeError):
+                known = None   # unreadable record: it is rewritten below
+        if known is not None:
+            why = known.differs(now)
+            if why is not None:
+                raise SourceChangedError(
+                    f"{self.options.settings.address} is not the server this pipeline "
+                    f"captured from: {why}")
+        self._identity = now
+        if self._identity_file is not None:
+            try:
+                tmp = self._identity_file.with_suffix(".tmp")
+                tmp.write_text(json.dumps(now.as_json()))
+                os.replace(tmp, self._identity_file)
+            except OSError as exc:
+                log.debug("cannot record the source's identity in %s: %s", self._identity_file, exc)
+
+    def _check_start(self, start: BinlogPosition, now: BinlogPosition) -> None:
+        """The server's binlog must still hold ``start``: checked after each reconnect and
+        whenever the server's end lies before it (never a silent wait at a dead position)."""
+        if not self._verify_position and now >= start:
+            return
+        why = check_position(list_binlogs(self._sql()), start)
+        if why is None and now < start:
+            why = f"the server's binlog ends at {now}, before the pipeline's position {start}"
+        if why is not None:
+            raise SourceChangedError(
+                f"the binlog of {self.options.settings.address} no longer holds this "
+                f"pipeline's position: {why} (RESET MASTER, a restored backup or another "
+                f"server on this address)")
+        self._verify_position = False
+
+    def _write_status(self, snapshot: dict) -> None:
+        """The reconnect counters for progress reports in the driver's own process."""
+        try:
+            tmp = self._status_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(snapshot))
+            os.replace(tmp, self._status_file)
+        except OSError:
+            pass
 
     def resolve(self, spec: str) -> BinlogPosition:
         if spec == "earliest":
@@ -99,6 +183,7 @@ class RangePlanner:
         ``target``), or the first transaction boundary after ``max_events`` events."""
         self._ensure_history(start)
         now = current_position(self._sql())
+        self._check_start(start, now)
         target = now if target is None or now < target else target
         if target <= start:
             return start
@@ -134,7 +219,8 @@ class RangePlanner:
             settings=o.settings, server_id=o.server_id + 1 + index, start=start, end=end,
             tables=tables or o.tables, schema=view, batch_rows=o.batch_rows,
             include_query=o.include_query,
-            retry=RetryPolicy(attempts=o.reconnect_attempts, max_delay=o.reconnect_max_delay),
+            retry=o.retry, status_path=None if self._status_file is None
+            else str(self._status_file.with_name(f"source-status-task{index}.json")),
         )
 
     def _catchup(self, index: int, q: Quarantine, start: BinlogPosition) -> RangeTask:
@@ -164,7 +250,7 @@ class RangePlanner:
         stop_file, stop_pos, stop_key = stop.file, stop.pos, (stop.file_number, stop.pos)
         numbers = {start.file: start.file_number}     # file name -> number, parsed once
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
-                                   start=start)
+                                   start=start, reconnect=self.options.retry)
         try:
             for raw in stream:
                 if raw.artificial:
@@ -201,7 +287,7 @@ class RangePlanner:
         report_at, seen, count = began + _PROGRESS_AFTER_S, 0, 0
         stop_file, stop_pos = stop.file, stop.pos
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
-                                   start=start, stop_at=stop)
+                                   start=start, stop_at=stop, reconnect=self.options.retry)
         try:
             for raw in stream:
                 data = raw.data
@@ -232,12 +318,9 @@ class RangePlanner:
                         seen >> 20, time.monotonic() - began)
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                pass
-            self._conn = None
+        self.drop_connection()
+        if self._status_file is not None:
+            retry.STATS.unlisten(self._write_status)
 
 
 def split(scan: Scan, parts: int) -> list[tuple[BinlogPosition, BinlogPosition]]:

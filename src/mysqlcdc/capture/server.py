@@ -30,6 +30,7 @@ from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, query,
 from mysqlcdc.types import BinlogPosition
 
 __all__ = [
+    "SourceIdentity", "source_identity", "check_position",
     "ServerInfo", "server_info", "list_binlogs", "current_position", "earliest_position",
     "granted_privileges", "preflight",
 ]
@@ -108,6 +109,80 @@ def current_position(conn: pymysql.Connection) -> BinlogPosition:
         return BinlogPosition.of(str(rows[0][0]), int(rows[0][1]))
     raise ProtocolError("the server knows none of SHOW MASTER STATUS, SHOW BINARY LOG STATUS, "
                         "SHOW BINLOG STATUS", hint="Report the server version to mysqlcdc.")
+
+
+@dataclass(frozen=True)
+class SourceIdentity:
+    """What tells one server from another across a reconnect: its ``server_id``, MySQL's
+    ``server_uuid``, and MariaDB's GTID binlog state (sequence numbers per domain and
+    server only grow on one server; a new datadir or RESET MASTER starts them again)."""
+
+    server_id: int
+    server_uuid: str | None
+    gtid_seq: dict[str, int]     # "domain-server" -> highest seq in @@gtid_binlog_pos
+
+    def as_json(self) -> dict:
+        return {"server_id": self.server_id, "server_uuid": self.server_uuid,
+                "gtid_seq": dict(self.gtid_seq)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "SourceIdentity":
+        return cls(int(data["server_id"]), data.get("server_uuid"),
+                   {str(k): int(v) for k, v in (data.get("gtid_seq") or {}).items()})
+
+    def differs(self, now: "SourceIdentity") -> str | None:
+        """Why ``now`` is not this server (None: it may well be)."""
+        if self.server_uuid and now.server_uuid and self.server_uuid != now.server_uuid:
+            return f"server_uuid was {self.server_uuid}, is {now.server_uuid}"
+        if self.server_id != now.server_id:
+            return f"@@server_id was {self.server_id}, is {now.server_id}"
+        for key, seq in self.gtid_seq.items():
+            if now.gtid_seq.get(key, 0) < seq:
+                return (f"GTID {key}-{seq} was logged, but the server's binlog state is now "
+                        f"{_gtid_text(now.gtid_seq) or 'empty'} (RESET MASTER or another datadir)")
+        return None
+
+
+def _gtid_text(seqs: dict[str, int]) -> str:
+    return ",".join(f"{k}-{v}" for k, v in sorted(seqs.items()))
+
+
+def source_identity(conn: pymysql.Connection) -> SourceIdentity:
+    server_id = int(query(conn, "SELECT @@server_id")[0][0])
+    try:
+        uuid = query(conn, "SELECT @@server_uuid")[0][0]
+    except ProtocolError:
+        uuid = None                     # MariaDB has no server_uuid
+    seqs: dict[str, int] = {}
+    try:
+        text = str(query(conn, "SELECT @@global.gtid_binlog_pos")[0][0] or "")
+    except ProtocolError:
+        text = ""                       # MySQL: gtid_executed is not per-server monotonic here
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        domain, server, seq = part.split("-")
+        seqs[f"{domain}-{server}"] = max(seqs.get(f"{domain}-{server}", 0), int(seq))
+    return SourceIdentity(server_id, str(uuid) if uuid else None, seqs)
+
+
+def check_position(logs: list[tuple[str, int]], position: BinlogPosition) -> str | None:
+    """Why the server's binlog cannot hold ``position`` any more (None: it can).
+
+    A file that is gone but older than the oldest one left was purged (the read says
+    BINLOG_PURGED); here only what a reset or another server explains: the file is
+    missing yet not older than the oldest, or shorter than the position."""
+    if not logs:
+        return None
+    sizes = dict(logs)
+    if position.file in sizes:
+        if sizes[position.file] < position.pos:
+            return (f"{position.file} is {sizes[position.file]} bytes long now, shorter than "
+                    f"the pipeline's position {position}")
+        return None
+    oldest = BinlogPosition.of(logs[0][0], 4)
+    if position.file_number >= oldest.file_number:
+        return (f"{position.file} is not on the server, whose binlog runs from {logs[0][0]} to "
+                f"{logs[-1][0]}")
+    return None
 
 
 def earliest_position(conn: pymysql.Connection) -> BinlogPosition:

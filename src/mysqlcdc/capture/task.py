@@ -7,6 +7,8 @@ ranges of the same binlog in parallel.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -16,7 +18,8 @@ from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.capture.changes import ChangeDecoder, HistoryLookup, iter_change_batches
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.protocol.connection import ConnectionSettings
-from mysqlcdc.protocol.stream import ReplicationStream, RetryPolicy
+from mysqlcdc.protocol.retry import STATS, RetryPolicy
+from mysqlcdc.protocol.stream import ReplicationStream
 from mysqlcdc.schema.history import Change, SchemaView
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.types import BinlogPosition
@@ -36,6 +39,8 @@ class RangeTask:
     # the schema history as this task needs it; without one, ``definitions`` hold at ``start``
     schema: SchemaView | None = field(default=None, compare=False)
     include_query: bool = False
+    # where this task reports its outages for the driver's progress line (best effort)
+    status_path: str | None = None
 
 
 def task_view(task: RangeTask) -> SchemaView:
@@ -55,7 +60,24 @@ def read_range(task: RangeTask) -> Iterator[pa.RecordBatch]:
     decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query)
     stream = ReplicationStream(task.settings, server_id=task.server_id, start=task.start,
                                reconnect=task.retry)
+    report = None if task.status_path is None else _status_writer(task.status_path)
+    if report is not None:
+        STATS.listen(report)
     try:
         yield from iter_change_batches(stream, decoder, end=task.end, batch_rows=task.batch_rows)
     finally:
         stream.close()
+        if report is not None:
+            STATS.unlisten(report)
+
+
+def _status_writer(path: str):
+    def write(snapshot: dict) -> None:
+        try:
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as out:
+                json.dump(snapshot, out)
+            os.replace(tmp, path)
+        except OSError:
+            pass    # a folder this executor does not see: the outage is in its log
+    return write

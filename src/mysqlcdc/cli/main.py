@@ -45,10 +45,16 @@ def run(
         cfg = load_pipeline(pipeline)
         with console.status(f"pipeline [bold]{cfg.name}[/]: starting Spark ...") as status:
             def progress(p: dict) -> None:
+                source = p.get("source") or {}
+                note = ""
+                if source.get("outage_s") is not None:
+                    note = f" · [yellow]source unreachable for {source['outage_s']:.0f} s, retrying[/]"
+                elif source.get("reconnects"):
+                    note = f" · {source['reconnects']} reconnect(s)"
                 status.update(
-                    f"pipeline [bold]{cfg.name}[/]: batch {p.get('batchId')} "
+                    f"pipeline [bold]{cfg.name}[/]: batch {p.get('batchId', '-')} "
                     f"rows {p.get('numInputRows', 0)} "
-                    f"({p.get('processedRowsPerSecond', 0):.0f} rows/s)"
+                    f"({p.get('processedRowsPerSecond', 0) or 0:.0f} rows/s){note}"
                 )
             run_pipeline(cfg, until_idle=until_idle, on_progress=progress,
                          resume_from_sink=resume_from_sink)

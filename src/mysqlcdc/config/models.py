@@ -146,12 +146,21 @@ class TablesConfig(_Model):
 
 
 class ReconnectConfig(_Model):
-    """How to reconnect after the connection to the server drops. The delay starts at
-    ``initial_delay_s`` and doubles after each failed attempt up to ``max_delay_s``;
-    after ``attempts`` failures in a row the pipeline stops with CONNECTION_LOST."""
+    """How the pipeline rides through an outage of the source (a restart, a dropped
+    connection, a failover window). Every connection to the server — the driver's
+    planning, the read tasks' binlog streams, schema-history and preflight queries —
+    retries with a delay that starts at ``initial_delay_s`` and doubles (±25 % jitter) up
+    to ``max_delay_s``. An outage longer than ``max_wait_s`` stops the pipeline with
+    SERVER_UNREACHABLE; running it again resumes from the checkpoint. Wrong credentials,
+    missing privileges or a different server stop it at once."""
 
-    attempts: int = Field(
-        10, ge=0, description="Reconnect attempts in a row before giving up; 0: fail at once."
+    max_wait_s: float = Field(
+        600.0, gt=0, description="Longest outage, seconds, the pipeline waits through before "
+        "it stops with SERVER_UNREACHABLE (default 10 minutes)."
+    )
+    attempts: int | None = Field(
+        None, ge=0, description="Optional limit on failed tries in a row within one outage "
+        "(0: fail at once); null: only `max_wait_s` limits the outage."
     )
     initial_delay_s: float = Field(
         0.5, gt=0, description="Seconds to wait before the first reconnect attempt."

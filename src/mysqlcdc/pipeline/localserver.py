@@ -81,13 +81,35 @@ class MariaDB:
         if not (datadir / "mysql").is_dir():
             self._install(datadir)
         self.port = free_port()
+        self._spawn(timeout)
+        return self
+
+    def _spawn(self, timeout: float) -> None:
         self.process = subprocess.Popen(
-            self._command(datadir),
-            stdout=open(self.basedir / "stdout.log", "wb"),
+            self._command(self.datadir),
+            stdout=open(self.basedir / "stdout.log", "ab"),
             stderr=subprocess.STDOUT,
         )
         self._wait_ready(timeout)
-        return self
+
+    def restart(self, down_s: float = 0.0, timeout: float = 60.0) -> None:
+        """Shut the server down cleanly (SIGTERM, as an administrator's restart does),
+        stay down ``down_s`` seconds, and start it again on the same port and datadir."""
+        self.shutdown()
+        time.sleep(down_s)
+        self._spawn(timeout)
+
+    def shutdown(self) -> None:
+        """Stop the server process but keep its datadir and port for :meth:`resume`."""
+        keep, self.keep = self.keep, True
+        try:
+            self.stop()
+        finally:
+            self.keep = keep
+
+    def resume(self, timeout: float = 60.0) -> None:
+        """Start a server stopped by :meth:`shutdown` again, same port and datadir."""
+        self._spawn(timeout)
 
     def _install(self, datadir: Path) -> None:
         cmd = [

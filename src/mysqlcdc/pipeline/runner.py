@@ -16,7 +16,8 @@ from mysqlcdc.capture.server import preflight
 from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig,
                                     ChangelogTableSinkConfig, MirrorSinkConfig,
                                     PipelineConfig)
-from mysqlcdc.errors import ConfigError, ServerIdInUseError
+from mysqlcdc.errors import (ConfigError, MysqlcdcError, ServerIdInUseError, ServerUnreachableError,
+                             from_text)
 from mysqlcdc.protocol.connection import ConnectionSettings
 from mysqlcdc.spark.checkpoint import latest_offset, local_dir
 from mysqlcdc.types import BinlogPosition
@@ -58,11 +59,14 @@ def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
         "maxEventsPerBatch": str(src.max_events_per_batch),
         "parallelism": str(src.parallelism),
         "connectTimeout": str(max(1, int(src.connect_timeout_s))),
-        "reconnectAttempts": str(src.reconnect.attempts),
-        "reconnectMaxDelay": str(max(1, int(src.reconnect.max_delay_s))),
+        "reconnectMaxWait": str(src.reconnect.max_wait_s),
+        "reconnectInitialDelay": str(src.reconnect.initial_delay_s),
+        "reconnectMaxDelay": str(src.reconnect.max_delay_s),
         "schemaBootstrap": src.schema_bootstrap,
         "includeQuery": str(src.include_query).lower(),
     }
+    if src.reconnect.attempts is not None:
+        opts["reconnectAttempts"] = str(src.reconnect.attempts)
     ssl = _ssl(cfg) or {}
     for key in ("ca", "cert", "key"):
         if key in ssl:
@@ -71,6 +75,15 @@ def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
         opts["ssl.verifyCert"] = str(ssl["verify_mode"]).lower()
         opts["ssl.verifyIdentity"] = str(ssl["check_hostname"]).lower()
     return opts
+
+
+def retry_policy(cfg: PipelineConfig):
+    """``source.reconnect`` as the retry loop reads it (``protocol.retry``)."""
+    from mysqlcdc.protocol.retry import RetryPolicy
+
+    r = cfg.source.reconnect
+    return RetryPolicy(attempts=r.attempts, initial_delay=r.initial_delay_s,
+                       max_delay=r.max_delay_s, max_wait=r.max_wait_s)
 
 
 def sink_checkpoint(cfg: PipelineConfig, index: int) -> str:
@@ -107,12 +120,16 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
     registration until its dump thread next writes (a heartbeat, every 5 s),
     so the server id looks taken for a few seconds. A live reader keeps it.
     """
+    from mysqlcdc.protocol import retry
+
     deadline = time.monotonic() + stale_wait_s
+    settings = connection_settings(cfg)
     while True:
         try:
-            preflight(connection_settings(cfg),
-                      server_id=cfg.source.server_ids(len(cfg.sinks)),
-                      start=resume_position(cfg))
+            retry.call(lambda: preflight(settings,
+                                         server_id=cfg.source.server_ids(len(cfg.sinks)),
+                                         start=resume_position(cfg)),
+                       retry_policy(cfg), settings.address)
             return
         except ServerIdInUseError:
             if time.monotonic() >= deadline:
@@ -192,29 +209,100 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     spark = spark or build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                                    dict(cfg.spark.conf))
     queries = start_queries(spark, cfg)
+    folders = [f for f in (schema_history_dir(cfg, i) for i in range(len(cfg.sinks))) if f]
     try:
         if until_idle:
             for q in queries:
                 q.processAllAvailable()
-                _report(q, on_progress)
+                _report(q, on_progress, folders)
         else:
-            _await(queries, on_progress)
+            _await(queries, on_progress, folders)
+    except Exception as exc:   # noqa: BLE001 - a failed query's exception, named below
+        named = named_failure(cfg, exc)
+        if named is exc:
+            raise
+        raise named from exc
     finally:
         for q in queries:
             if q.isActive:
                 q.stop()
     for q in queries:
-        if q.exception() is not None:
-            raise q.exception()
+        failed = q.exception()
+        if failed is not None:
+            named = named_failure(cfg, failed)
+            if named is failed:
+                raise failed
+            raise named from failed
 
 
-def _await(queries: list, on_progress: Callable[[dict], None] | None) -> None:
+def named_failure(cfg: PipelineConfig, exc: BaseException) -> BaseException:
+    """A failed query's exception as the mysqlcdc error inside it (one line for the CLI),
+    or unchanged when there is none. An outage that outlasted ``max_wait_s`` also says
+    where the checkpoint stands, so the user knows the next run resumes there."""
+    if isinstance(exc, MysqlcdcError):
+        err = exc
+    else:
+        err = from_text(str(exc))
+        if err is None:
+            return exc
+    if isinstance(err, ServerUnreachableError) and not err.transient:
+        at = committed_position(cfg)
+        if at is not None and "checkpoint is at" not in err.message:
+            err.message = f"{err.message}; the checkpoint is at {at}; run again to resume"
+    return err
+
+
+def committed_position(cfg: PipelineConfig) -> BinlogPosition | None:
+    """Where the first sink's checkpoint has committed up to (None: nothing yet, or a
+    checkpoint that is not a local folder)."""
+    from mysqlcdc.spark.checkpoint import batch_offset, local_dir
+
+    folder = local_dir(sink_checkpoint(cfg, 0))
+    commits = folder / "commits" if folder is not None else None
+    if commits is None or not commits.is_dir():
+        return None
+    done = sorted((int(p.name) for p in commits.glob("[0-9]*")), reverse=True)
+    return batch_offset(folder, done[0]) if done else None
+
+
+def _await(queries: list, on_progress: Callable[[dict], None] | None,
+           folders: list[str] = ()) -> None:
     while all(q.isActive for q in queries):
         for q in queries:
             q.awaitTermination(1.0)
-            _report(q, on_progress)
+            _report(q, on_progress, folders)
 
 
-def _report(query, on_progress: Callable[[dict], None] | None) -> None:
-    if on_progress is not None and query.lastProgress:
-        on_progress(dict(query.lastProgress))
+def _report(query, on_progress: Callable[[dict], None] | None, folders: list[str] = ()) -> None:
+    if on_progress is None:
+        return
+    progress = dict(query.lastProgress) if query.lastProgress else {}
+    status = source_status(folders)
+    if status is not None:
+        progress["source"] = status
+    if progress:
+        on_progress(progress)
+
+
+def source_status(folders) -> dict | None:
+    """The source's reconnect counters and current outage, as the planner (driver) and
+    the read tasks of these schema-history folders last wrote them: ``reconnects``
+    (outages survived), ``outage_s`` (the current one's length, None when connected)."""
+    import json
+
+    reconnects, since, seen = 0, None, False
+    for folder in folders:
+        for path in Path(folder).glob("source-status*.json"):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            seen = True
+            reconnects += int(data.get("reconnects") or 0)
+            began = data.get("outage_since")
+            if began is not None:
+                since = began if since is None else min(since, began)
+    if not seen:
+        return None
+    return {"reconnects": reconnects,
+            "outage_s": None if since is None else round(max(0.0, time.time() - since), 1)}

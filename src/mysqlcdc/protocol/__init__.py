@@ -5,6 +5,7 @@ registers as a replica and yields raw binlog events.
 """
 
 from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql
-from mysqlcdc.protocol.stream import RawEvent, ReplicationStream, RetryPolicy
+from mysqlcdc.protocol.retry import RetryPolicy
+from mysqlcdc.protocol.stream import RawEvent, ReplicationStream
 
 __all__ = ["ConnectionSettings", "connect_sql", "RawEvent", "ReplicationStream", "RetryPolicy"]

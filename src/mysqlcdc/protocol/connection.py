@@ -34,9 +34,11 @@ _AUTH_CODES = {
     1524: "the account's authentication plugin is not loaded on the server",
     1698: "access denied (wrong user or password)",
 }
-_UNREACHABLE_CODES = {2003, 2005, 2006, 2013}  # can't connect, unknown host, gone, lost
+# can't connect, unknown host, gone, lost, too many connections, shutting down, net errors
+_UNREACHABLE_CODES = {2002, 2003, 2005, 2006, 2013, 2055, 1040, 1053, 1077, 1152, 1158, 1159,
+                      1160, 1161}
 _PRIVILEGE_CODES = {1044, 1045, 1142, 1227}
-_LOST_CODES = {1053, 1317, 1927, 2006, 2013}     # shutdown, interrupted, killed, gone, lost
+_LOST_CODES = {1053, 1317, 1927, 2006, 2013, 2055, 4031}  # shutdown, interrupted, killed, gone, lost
 _NOT_LOGGING = 1381                              # ER_NO_BINARY_LOGGING
 
 
@@ -126,7 +128,7 @@ def _statement_error(statement: str, exc: pymysql.err.MySQLError) -> MysqlcdcErr
         err = MissingPrivilegeError(f"the user may not run {said}")
     elif code == _NOT_LOGGING:
         err = BinlogDisabledError(f"the server's binary log is off: {said}")
-    elif code in _LOST_CODES:
+    elif code in _LOST_CODES or (isinstance(exc, pymysql.err.InterfaceError) and not code):
         err = ConnectionLostError(f"the connection dropped: {said}")
     else:
         err = ProtocolError(said, hint="Read the server's message; it names what it refused.")

@@ -15,11 +15,13 @@ from mysqlcdc.errors import (
     ServerIdInUseError,
 )
 from mysqlcdc.protocol.packet import ServerError
+from mysqlcdc.protocol.retry import TRANSIENT_SERVER_CODES
 
 __all__ = ["TRANSIENT_CODES", "map_dump_error"]
 
-# Connection killed, query interrupted, server shutting down, net errors.
-TRANSIENT_CODES = frozenset({1053, 1077, 1152, 1153, 1158, 1159, 1160, 1161, 1317, 1927, 2013})
+# Connection killed, query interrupted, server shutting down, net errors: one list,
+# kept in protocol.retry with the rest of the transient/terminal decision.
+TRANSIENT_CODES = TRANSIENT_SERVER_CODES
 _PRIVILEGE_CODES = frozenset({1045, 1142, 1227, 1044})
 _PURGED = ("could not find first log file", "purged required binary logs")
 _IMPOSSIBLE = ("impossible position", "position beyond", "requested master to start replication from")

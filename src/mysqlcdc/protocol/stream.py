@@ -8,9 +8,11 @@ checksums). It does not decode rows and never decides where to stop; the
 caller stops iterating, or passes ``stop_at``.
 
 On a dropped connection (socket error, EOF, no heartbeat within the read
-timeout, the dump thread killed) it reconnects with exponential backoff and
-resumes where the last yielded event ended, so no event is lost or repeated
-(artificial events, which carry no position of their own, are sent again).
+timeout, the dump thread killed, the server restarting) it reconnects with
+exponential backoff (``protocol.retry``: the time budget per outage, the one
+reading of transient vs terminal) and resumes where the last yielded event
+ended, so no event is lost or repeated (artificial events, which carry no
+position of their own, are sent again).
 
 >>> settings = ConnectionSettings("127.0.0.1", user="cdc", password="...")
 >>> with ReplicationStream(settings, server_id=1001,
@@ -36,11 +38,11 @@ from mysqlcdc.errors import (
     MysqlcdcError,
     ProtocolError,
     ServerIdInUseError,
-    TransientError,
 )
 from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, query, show_binary_logs
 from mysqlcdc.protocol.dump_errors import TRANSIENT_CODES, map_dump_error
 from mysqlcdc.protocol.packet import Disconnected, PacketChannel, lenenc_str, parse_error_packet
+from mysqlcdc.protocol.retry import Outage, RetryPolicy, is_transient
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["RawEvent", "RetryPolicy", "ReplicationStream"]
@@ -83,27 +85,6 @@ class RawEvent:
     def end(self) -> int:
         """Offset just past this event in ``file`` (== header log_pos for real events)."""
         return self.pos + len(self.data)
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Reconnect budget: ``attempts`` consecutive failures, delays doubling.
-
-    The n-th retry waits ``min(max_delay, initial_delay * multiplier**(n-1))``.
-    """
-
-    attempts: int = 6
-    initial_delay: float = 0.5
-    max_delay: float = 30.0
-    multiplier: float = 2.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 0 or self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
-            raise ConfigError(f"invalid retry policy {self!r}: counts and delays must be >= 0, "
-                              "the multiplier >= 1")
-
-    def delay(self, attempt: int) -> float:
-        return min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
 
 
 class ReplicationStream:
@@ -156,21 +137,21 @@ class ReplicationStream:
         return max(self.settings.read_timeout or 0.0, 3 * self.heartbeat_seconds, 1.0)
 
     def __iter__(self) -> Iterator[RawEvent]:
-        failures = 0
+        outage = None if self.reconnect is None else Outage(
+            self.reconnect, self.settings.address, "source")
         while not self._closed and not self._reached_stop():
             batch, self._carry = self._carry, []
             if not batch:
                 try:
                     batch = self._read_batch()
-                except (Disconnected, TransientError) as exc:
-                    self._drop()
-                    failures += 1
-                    self._wait_or_give_up(failures, exc)
+                except Exception as exc:
+                    self._drop()  # of no further use either way
+                    if not is_transient(exc):
+                        raise
+                    self._wait_or_give_up(outage, exc)
                     continue
-                except MysqlcdcError:
-                    self._drop()  # terminal: the connection is of no further use
-                    raise
-                failures = 0
+                if outage is not None and outage.active:
+                    outage.recovered()
             # The events of a batch go out one by one, the resume point moving
             # with each. If the caller stops in between (break, stop_at, close),
             # what is left of ``rest`` is kept for the next iteration, so that
@@ -263,17 +244,30 @@ class ReplicationStream:
         name = body[8:].decode("utf-8", "replace")
         return BinlogPosition.of(name, int.from_bytes(body[:8], "little"))
 
-    def _wait_or_give_up(self, failures: int, exc: Exception) -> None:
-        policy = self.reconnect
-        if policy is not None and failures <= policy.attempts:
-            time.sleep(policy.delay(failures))
-            return
+    def _wait_or_give_up(self, outage: Outage | None, exc: Exception) -> None:
+        """Sleep before the next reconnect, or raise once the outage's budget is spent
+        (a terminal error: callers further up must not start a second budget)."""
+        if outage is not None:
+            try:
+                outage.failed(exc, position=self.position)
+                return
+            except MysqlcdcError as spent:
+                if not self._streamed and isinstance(exc, MysqlcdcError) and \
+                        self.reconnect is not None and self.reconnect.attempts is not None \
+                        and outage.failures > self.reconnect.attempts:
+                    raise _terminal(exc) from exc
+                if self.reconnect is not None and self.reconnect.attempts is not None \
+                        and outage.failures > self.reconnect.attempts:
+                    raise _terminal(ConnectionLostError(
+                        f"lost the binlog stream from {self.settings.address} at "
+                        f"{self.position} and {self.reconnect.attempts} reconnect attempts "
+                        f"failed: {exc}")) from exc
+                raise spent
         if not self._streamed and isinstance(exc, MysqlcdcError):
-            raise exc
-        tries = 0 if policy is None else policy.attempts
-        raise ConnectionLostError(
+            raise _terminal(exc)
+        raise _terminal(ConnectionLostError(
             f"lost the binlog stream from {self.settings.address} at {self.position} and "
-            f"{tries} reconnect attempts failed: {exc}") from exc
+            f"reconnecting is off: {exc}")) from exc
 
     # -- connecting --------------------------------------------------------
 
@@ -349,6 +343,12 @@ class ReplicationStream:
         self._carry = []   # read on the dropped connection: the next one resends them
         if conn is not None and conn.open:
             conn.close()
+
+
+def _terminal(err: MysqlcdcError) -> MysqlcdcError:
+    """The same error, marked so that no retry loop further up tries again."""
+    err.transient = False   # type: ignore[misc]  - an instance attribute; pickles along
+    return err
 
 
 def _fde_checksum_len(data: bytes, current: int) -> int:

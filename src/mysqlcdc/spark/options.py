@@ -12,7 +12,11 @@ Options (case-insensitive, as Spark passes them)::
     parallelism                      read tasks per micro-batch (default 1)
     batchRows                        rows per Arrow record batch (default 8192)
     ssl.ca, ssl.cert, ssl.key, ssl.verifyCert, ssl.verifyIdentity
-    connectTimeout, reconnectAttempts, reconnectMaxDelay
+    connectTimeout                   seconds to wait for a connection to open
+    reconnectMaxWait                 seconds an outage of the source may last before the
+                                     query fails with SERVER_UNREACHABLE (default 600)
+    reconnectInitialDelay, reconnectMaxDelay   backoff between tries (0.5 s doubling to 30 s)
+    reconnectAttempts                optional limit on failed tries in a row (0: none)
     schemaHistory                    folder of the schema history (kept in memory if unset:
                                      then every start bootstraps it again)
     schemaBootstrap                  exact (default) | current: accept today's table
@@ -29,6 +33,7 @@ from typing import Mapping
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.errors import ConfigError
 from mysqlcdc.protocol.connection import ConnectionSettings
+from mysqlcdc.protocol.retry import RetryPolicy
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["SourceOptions"]
@@ -38,6 +43,21 @@ def _get(options: Mapping[str, str], name: str, default: str | None = None) -> s
     lowered = {k.lower(): v for k, v in options.items()}
     value = lowered.get(name.lower())
     return default if value is None or value == "" else value
+
+
+def _number(options: Mapping[str, str], name: str, default: float | None, *,
+            integer: bool = False, minimum: float = 0.0) -> float | None:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(f"option {name} must be {kind}, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"option {name} must be at least {minimum:g}, got {raw}")
+    return value
 
 
 def _int(options: Mapping[str, str], name: str, default: int | None) -> int | None:
@@ -75,8 +95,7 @@ class SourceOptions:
     max_events_per_batch: int | None
     parallelism: int
     batch_rows: int
-    reconnect_attempts: int
-    reconnect_max_delay: float
+    retry: RetryPolicy
     schema_history: str | None = None
     schema_bootstrap: str = "exact"
     include_query: bool = False
@@ -109,8 +128,12 @@ class SourceOptions:
             max_events_per_batch=_int(options, "maxEventsPerBatch", None),
             parallelism=_int(options, "parallelism", 1),
             batch_rows=_int(options, "batchRows", 8192),
-            reconnect_attempts=_int(options, "reconnectAttempts", 10),
-            reconnect_max_delay=float(_int(options, "reconnectMaxDelay", 30)),
+            retry=RetryPolicy(
+                attempts=_number(options, "reconnectAttempts", None, integer=True),
+                initial_delay=_number(options, "reconnectInitialDelay", 0.5, minimum=0.001),
+                max_delay=_number(options, "reconnectMaxDelay", 30.0, minimum=0.001),
+                max_wait=_number(options, "reconnectMaxWait", 600.0, minimum=0.001),
+            ),
             schema_history=_get(options, "schemaHistory"),
             schema_bootstrap=_choice(options, "schemaBootstrap", ("exact", "current")),
             include_query=_choice(options, "includeQuery", ("false", "true")) == "true",

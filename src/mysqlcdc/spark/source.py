@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
 from mysqlcdc.capture.planner import RangePlanner
 from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.envelope.model import ENVELOPE_DDL
+from mysqlcdc.protocol import retry
 from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
 
@@ -92,25 +93,35 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._planner = RangePlanner(self.options)
         return self._planner
 
+    def _through_outages(self, plan):
+        """``plan(planner)``, retried through an outage of the source: Spark ends the
+        query at the first exception out of these calls, so they wait here (within
+        ``reconnectMaxWait``) instead. Planning is a pure function of the binlog range,
+        so a retried call plans the same batch."""
+        return retry.call(lambda: plan(self.planner), self.options.retry,
+                          self.options.settings.address,
+                          on_retry=lambda: self._planner and self._planner.drop_connection())
+
     def initialOffset(self) -> dict:
-        return _offset(self.planner.resolve(self.options.start))
+        return _offset(self._through_outages(lambda p: p.resolve(self.options.start)))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_events_per_batch
         return ReadMaxRows(n) if n else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self.planner.current()
+        self._target = self._through_outages(lambda p: p.current())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return _offset(self.planner.next_end(_position(start), max_events, self._target))
+        return _offset(self._through_outages(
+            lambda p: p.next_end(_position(start), max_events, self._target)))
 
     def reportLatestOffset(self) -> dict | None:
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        tasks = self.planner.tasks(_position(start), _position(end))
+        tasks = self._through_outages(lambda p: p.tasks(_position(start), _position(end)))
         return [RangePartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -139,7 +150,9 @@ class MysqlcdcBatchReader(DataSourceReader):
             end = planner.resolve(self.options.end)
             if end <= start:
                 return []
-            return [RangePartition(t) for t in planner.tasks(start, end)]
+            tasks = retry.call(lambda: planner.tasks(start, end), self.options.retry,
+                               self.options.settings.address, on_retry=planner.drop_connection)
+            return [RangePartition(t) for t in tasks]
         finally:
             planner.close()
 

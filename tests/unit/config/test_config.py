@@ -119,7 +119,8 @@ def test_minimal_file_gets_defaults(tmp_path: Path) -> None:
     assert (src.tables.include, src.tables.exclude) == (["*.*"], [])
     assert (src.max_events_per_batch, src.parallelism, src.connect_timeout_s) == (50000, 1, 10.0)
     reconnect = src.reconnect
-    assert (reconnect.attempts, reconnect.initial_delay_s, reconnect.max_delay_s) == (10, 0.5, 30)
+    assert (reconnect.attempts, reconnect.initial_delay_s, reconnect.max_delay_s) == (None, 0.5, 30)
+    assert reconnect.max_wait_s == 600
     assert (cfg.spark.master, cfg.spark.trigger_interval) == ("local[*]", "1 second")
     assert cfg.spark.app_name == "mysqlcdc-shop-cdc" and cfg.spark.conf == {}
     assert cfg.sinks == [ConsoleSinkConfig()]
