@@ -48,6 +48,8 @@ _DDL_SCAN_PARSE = _QUERIES | {C.FORMAT_DESCRIPTION_EVENT, C.ROTATE_EVENT, C.STAR
 _PAYLOAD = C.TRANSACTION_PAYLOAD_EVENT
 _PROGRESS_AFTER_S = 5.0
 _PROGRESS_EVERY_S = 5.0
+_FILES_KEPT = 50                  # binlog files whose birth time source.json remembers
+_FDE = C.FORMAT_DESCRIPTION_EVENT
 
 
 @dataclass
@@ -68,7 +70,8 @@ class RangePlanner:
         self.keeper = SchemaKeeper(self.history, options.tables, self._sql,
                                    bootstrap=options.schema_bootstrap)
         self._processed: tuple[BinlogPosition, BinlogPosition] | None = None
-        self._identity: SourceIdentity | None = None   # the server first seen
+        self._record: dict | None = None                # source.json: identity, files
+        self._seen_file: tuple[str, int] | None = None
         self._verify_position = True                    # after every (re)connect
         folder = options.schema_history
         self._identity_file = None if folder is None else Path(folder) / "source.json"
@@ -104,30 +107,65 @@ class RangePlanner:
             except Exception:   # noqa: BLE001 - it is broken already
                 pass
 
+    def _load_record(self) -> dict:
+        """What this pipeline knows of its server: identity and binlog files' birth times."""
+        if self._record is None:
+            self._record = {}
+            if self._identity_file is not None and self._identity_file.is_file():
+                try:
+                    self._record = json.loads(self._identity_file.read_text())
+                except ValueError:
+                    self._record = {}    # unreadable: rewritten at the next check
+        return self._record
+
+    def _save_record(self) -> None:
+        if self._identity_file is None:
+            return
+        try:
+            tmp = self._identity_file.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self._record))
+            os.replace(tmp, self._identity_file)
+        except OSError as exc:
+            log.debug("cannot record the source's identity in %s: %s", self._identity_file, exc)
+
     def _check_identity(self, conn) -> None:
         """Stop with SOURCE_CHANGED if this connection reaches another server than the one
         this pipeline read from (this process's first, or the one its checkpoint recorded)."""
         now = source_identity(conn)
-        known = self._identity
-        if known is None and self._identity_file is not None and self._identity_file.is_file():
+        record = self._load_record()
+        if "identity" in record:
             try:
-                known = SourceIdentity.from_json(json.loads(self._identity_file.read_text()))
-            except (ValueError, KeyError, TypeError):
-                known = None   # unreadable record: it is rewritten below
-        if known is not None:
-            why = known.differs(now)
+                why = SourceIdentity.from_json(record["identity"]).differs(now)
+            except (KeyError, TypeError, ValueError):
+                why = None
             if why is not None:
                 raise SourceChangedError(
                     f"{self.options.settings.address} is not the server this pipeline "
                     f"captured from: {why}")
-        self._identity = now
-        if self._identity_file is not None:
-            try:
-                tmp = self._identity_file.with_suffix(".tmp")
-                tmp.write_text(json.dumps(now.as_json()))
-                os.replace(tmp, self._identity_file)
-            except OSError as exc:
-                log.debug("cannot record the source's identity in %s: %s", self._identity_file, exc)
+        record["identity"] = now.as_json()
+        self._save_record()
+
+    def _check_file(self, file: str, born: int) -> None:
+        """A binlog file is known by its name and its FORMAT_DESCRIPTION's timestamp (when
+        the server created it). The same name born at another time is another file: a
+        reset binlog or another server's, even when ids and sizes happen to agree."""
+        if self._seen_file == (file, born):
+            return
+        files = self._load_record().setdefault("files", {})
+        known = files.get(file)
+        if known is not None and known != born:
+            raise SourceChangedError(
+                f"{file} on {self.options.settings.address} was created at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(born))} UTC, but the file of "
+                f"that name this pipeline read was created at "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(known))} UTC: the binlog was "
+                f"reset or another server answers on this address")
+        if known is None:
+            files[file] = born
+            for old in sorted(files, key=binlog_file_number)[:-_FILES_KEPT]:
+                del files[old]
+            self._save_record()
+        self._seen_file = (file, born)
 
     def _check_start(self, start: BinlogPosition, now: BinlogPosition) -> None:
         """The server's binlog must still hold ``start``: checked after each reconnect and
@@ -253,6 +291,8 @@ class RangePlanner:
                                    start=start, reconnect=self.options.retry)
         try:
             for raw in stream:
+                if raw.data[4] == _FDE:
+                    self._check_file(raw.file, int.from_bytes(raw.data[:4], "little"))
                 if raw.artificial:
                     parse(raw.data, raw.pos)
                     continue

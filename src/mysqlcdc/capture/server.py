@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pymysql
 
 from mysqlcdc.errors import (
+    SourceChangedError,
     BinlogDisabledError,
     BinlogFormatError,
     BinlogPurgedError,
@@ -119,7 +120,7 @@ class SourceIdentity:
 
     server_id: int
     server_uuid: str | None
-    gtid_seq: dict[str, int]     # "domain-server" -> highest seq in @@gtid_binlog_pos
+    gtid_seq: dict[str, int]     # "domain-server" -> its last seq in @@gtid_binlog_state
 
     def as_json(self) -> dict:
         return {"server_id": self.server_id, "server_uuid": self.server_uuid,
@@ -155,7 +156,7 @@ def source_identity(conn: pymysql.Connection) -> SourceIdentity:
         uuid = None                     # MariaDB has no server_uuid
     seqs: dict[str, int] = {}
     try:
-        text = str(query(conn, "SELECT @@global.gtid_binlog_pos")[0][0] or "")
+        text = str(query(conn, "SELECT @@global.gtid_binlog_state")[0][0] or "")
     except ProtocolError:
         text = ""                       # MySQL: gtid_executed is not per-server monotonic here
     for part in filter(None, (p.strip() for p in text.split(","))):
@@ -298,8 +299,12 @@ def _check_server_id(conn: pymysql.Connection, info: ServerInfo,
 
 
 def preflight(settings: ConnectionSettings, *, server_id: int | range,
-              start: BinlogPosition | None) -> ServerInfo:
-    """Check the server can serve capture from ``start`` for ``server_id``; see module doc."""
+              start: BinlogPosition | None, resuming: bool = False) -> ServerInfo:
+    """Check the server can serve capture from ``start`` for ``server_id``; see module doc.
+
+    ``resuming``: ``start`` is where a checkpoint stands, so a binlog that no longer
+    holds it though it was not purged (past the end of its file, or a file newer than the
+    server has) means a reset or another server: SOURCE_CHANGED, not BINLOG_PURGED."""
     conn = connect_sql(settings)  # ServerUnreachableError, AuthenticationError
     try:
         info = server_info(conn)
@@ -310,7 +315,13 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
                                     "and only ROW carries the changed rows")
         _check_privileges(conn, settings)
         if start is not None:
-            _check_start(list_binlogs(conn), start)
+            logs = list_binlogs(conn)
+            if resuming and (why := check_position(logs, start)) is not None:
+                raise SourceChangedError(
+                    f"the binlog of {settings.address} no longer holds the checkpoint's "
+                    f"position: {why} (RESET MASTER, a restored backup or another server on "
+                    f"this address)")
+            _check_start(logs, start)
         more = _check_server_id(conn, info, server_id)
         return dataclasses.replace(info, warnings=info.warnings + more)
     finally:

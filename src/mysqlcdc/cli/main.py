@@ -57,7 +57,7 @@ def run(
                     f"({p.get('processedRowsPerSecond', 0) or 0:.0f} rows/s){note}"
                 )
             run_pipeline(cfg, until_idle=until_idle, on_progress=progress,
-                         resume_from_sink=resume_from_sink)
+                         resume_from_sink=resume_from_sink, quiet=not verbose)
     except MysqlcdcError as err:
         _fail(err)
     except KeyboardInterrupt:

@@ -104,11 +104,17 @@ def checkpoint_position(checkpoint: str) -> BinlogPosition | None:
     return latest_offset(local) if local is not None else None   # remote: Spark reads it
 
 
+def checkpointed_position(cfg: PipelineConfig) -> BinlogPosition | None:
+    """The oldest position a sink's checkpoint stands at (None: no checkpoint yet)."""
+    found = [p for i in range(len(cfg.sinks)) if (p := checkpoint_position(sink_checkpoint(cfg, i)))]
+    return min(found) if found else None
+
+
 def resume_position(cfg: PipelineConfig) -> BinlogPosition | None:
     """Where the pipeline will read from first: the oldest sink checkpoint, else the config."""
-    found = [p for i in range(len(cfg.sinks)) if (p := checkpoint_position(sink_checkpoint(cfg, i)))]
-    if found:
-        return min(found)
+    found = checkpointed_position(cfg)
+    if found is not None:
+        return found
     start = str(cfg.source.start)
     return None if start in ("earliest", "latest") else BinlogPosition.parse(start)
 
@@ -128,7 +134,8 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
         try:
             retry.call(lambda: preflight(settings,
                                          server_id=cfg.source.server_ids(len(cfg.sinks)),
-                                         start=resume_position(cfg)),
+                                         start=resume_position(cfg),
+                                         resuming=checkpointed_position(cfg) is not None),
                        retry_policy(cfg), settings.address)
             return
         except ServerIdInUseError:
@@ -194,11 +201,12 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
 
 def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
                  on_progress: Callable[[dict], None] | None = None, spark=None,
-                 resume_from_sink: bool = False) -> None:
+                 resume_from_sink: bool = False, quiet: bool = False) -> None:
     """Preflight, start every sink's query and run until stopped (or idle).
 
     ``resume_from_sink``: queries without a checkpoint start at the Kafka commit log's
     last position instead of ``source.start`` (see ``mysqlcdc.sinks.kafka.resume``).
+    ``quiet``: Spark does not print a failed query's stacks (the caller names the error).
     """
     from mysqlcdc.sinks.kafka.resume import resume_from_sink as sink_resume, wants_sink_resume
     from mysqlcdc.spark import build_session
@@ -208,6 +216,11 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     checked_preflight(cfg)
     spark = spark or build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                                    dict(cfg.spark.conf))
+    if quiet:
+        from mysqlcdc.spark.session import quiet_failures
+
+        quiet_failures(spark)
+        _plain_interrupt()
     queries = start_queries(spark, cfg)
     folders = [f for f in (schema_history_dir(cfg, i) for i in range(len(cfg.sinks))) if f]
     try:
@@ -223,9 +236,16 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             raise
         raise named from exc
     finally:
+        import sys
+
+        interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
         for q in queries:
-            if q.isActive:
-                q.stop()
+            try:
+                if q.isActive:
+                    q.stop()
+            except Exception:   # noqa: BLE001 - after Ctrl-C the JVM may be gone already
+                if not interrupted:
+                    raise
     for q in queries:
         failed = q.exception()
         if failed is not None:
@@ -233,6 +253,25 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             if named is failed:
                 raise failed
             raise named from failed
+
+
+def _plain_interrupt() -> None:
+    """Ctrl-C reaches the JVM too (one process group), which then shuts down while
+    PySpark's own SIGINT handler still calls into it; the Py4J bridge then logs stacks
+    of its failed calls. Raise KeyboardInterrupt at once instead, and silence the bridge."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def interrupt(signum, frame):   # noqa: ARG001
+        logging.getLogger().setLevel(logging.CRITICAL)
+        for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
 
 
 def named_failure(cfg: PipelineConfig, exc: BaseException) -> BaseException:

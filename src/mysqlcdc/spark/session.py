@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Mapping
 
-__all__ = ["build_session", "register"]
+__all__ = ["build_session", "register", "quiet_failures"]
 
 # Quiet, small defaults for one machine; every key can be overridden by `conf`.
 DEFAULT_CONF = {
@@ -39,6 +39,29 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+# Loggers that print a failed query's or task's whole Java and Python stack to stderr.
+# The CLI names the mysqlcdc error inside in one line; --verbose keeps these.
+_FAILURE_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming",
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+    "org.apache.spark.sql.execution.datasources.v2",
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.api.python",
+)
+
+
+def quiet_failures(spark) -> None:
+    """Silence the loggers that dump a failed query's stack (see ``_FAILURE_LOGGERS``)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _FAILURE_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:   # noqa: BLE001 - only cosmetics; never fail a run for it
+        pass
 
 
 def register(spark) -> None:
