@@ -132,11 +132,19 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
     settings = connection_settings(cfg)
     while True:
         try:
-            retry.call(lambda: preflight(settings,
-                                         server_id=cfg.source.server_ids(len(cfg.sinks)),
-                                         start=resume_position(cfg),
-                                         resuming=checkpointed_position(cfg) is not None),
-                       retry_policy(cfg), settings.address)
+            resuming = checkpointed_position(cfg) is not None
+
+            def check():
+                return preflight(settings, server_id=cfg.source.server_ids(len(cfg.sinks)),
+                                 start=resume_position(cfg), resuming=resuming)
+            # A pipeline with a checkpoint waits through an outage like a running one (a
+            # host rebooting with its database). One that never ran has nothing to resume:
+            # an unreachable source there is far more often a wrong host or port, so it
+            # says so at once.
+            if resuming:
+                retry.call(check, retry_policy(cfg), settings.address)
+            else:
+                check()
             return
         except ServerIdInUseError:
             if time.monotonic() >= deadline:
