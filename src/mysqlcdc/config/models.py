@@ -178,6 +178,25 @@ class ReconnectConfig(_Model):
         return self
 
 
+class SnapshotConfig(_Model):
+    """The rows the captured tables already hold, read before the binlog is streamed:
+    lock-free, in primary-key chunks (one Spark read task each, `parallelism` at a time),
+    each chunk reconciled with the binlog written while it was read. Rows arrive as
+    `op = r` records; progress is kept in the checkpoint, so a restarted pipeline goes
+    on with the chunks not yet committed."""
+
+    mode: Literal["initial", "initial_only", "never"] | None = Field(
+        None, description="`initial`: snapshot every captured table, then stream; "
+        "`initial_only`: snapshot, then stop; `never`: only changes from `start` on. Null "
+        "(the default): `initial` when `start` is `latest`, else `never` (an older position "
+        "replays the binlog from there instead). Only a pipeline without a checkpoint "
+        "snapshots."
+    )
+    chunk_rows: int = Field(
+        50_000, ge=1, le=1_000_000, description="Rows per chunk (one read task each)."
+    )
+
+
 class SourceConfig(_Model):
     """The MySQL or MariaDB server to capture from, and how to read its binlog.
 
@@ -229,6 +248,9 @@ class SourceConfig(_Model):
     reconnect: ReconnectConfig = Field(
         default_factory=ReconnectConfig, description="Reconnect policy after a dropped connection."
     )
+    snapshot: SnapshotConfig = Field(
+        default_factory=SnapshotConfig, description="Reading the rows tables hold already."
+    )
     schema_bootstrap: Literal["exact", "current"] = Field(
         "exact",
         description="How the schema history starts when `start` is older than the server's "
@@ -263,6 +285,23 @@ class SourceConfig(_Model):
         if self.password_env is not None:
             self._password = Secret(context_env(info)[self.password_env])
         return self
+
+    @model_validator(mode="after")
+    def _snapshot_fits_start(self) -> Self:
+        if self.snapshot.mode in ("initial", "initial_only") and str(self.start) != "latest":
+            raise PydanticCustomError(
+                "snapshot_start",
+                "snapshot.mode {mode} reads the tables as they are now and streams from the "
+                "current position: leave `start` at latest, or use snapshot.mode never to "
+                "replay the binlog from {start}", {"mode": self.snapshot.mode,
+                                                   "start": str(self.start)})
+        return self
+
+    def snapshot_mode(self) -> str:
+        """The mode in force: null means `initial` from `latest`, else `never`."""
+        if self.snapshot.mode is not None:
+            return self.snapshot.mode
+        return "initial" if str(self.start) == "latest" else "never"
 
     @model_validator(mode="after")
     def _server_ids_fit(self) -> Self:

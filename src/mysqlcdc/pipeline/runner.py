@@ -64,6 +64,8 @@ def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
         "reconnectMaxDelay": str(src.reconnect.max_delay_s),
         "schemaBootstrap": src.schema_bootstrap,
         "includeQuery": str(src.include_query).lower(),
+        "snapshotMode": src.snapshot_mode(),
+        "snapshotChunkRows": str(src.snapshot.chunk_rows),
     }
     if src.reconnect.attempts is not None:
         opts["reconnectAttempts"] = str(src.reconnect.attempts)
@@ -222,6 +224,8 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     if resume_from_sink or wants_sink_resume(cfg):
         cfg = sink_resume(cfg)
     checked_preflight(cfg)
+    if cfg.source.snapshot_mode() == "initial_only":
+        until_idle = True              # the snapshot, then stop
     spark = spark or build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                                    dict(cfg.spark.conf))
     if quiet:

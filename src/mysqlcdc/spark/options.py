@@ -21,6 +21,9 @@ Options (case-insensitive, as Spark passes them)::
                                      then every start bootstraps it again)
     schemaBootstrap                  exact (default) | current: accept today's table
                                      definitions for older events (see README)
+    snapshotMode                     never (default) | initial | initial_only: read the rows
+                                     the captured tables hold first (``op = r``), in chunks
+    snapshotChunkRows                rows per snapshot chunk (default 50000)
     includeQuery                     true: the statement text (ANNOTATE_ROWS / ROWS_QUERY)
                                      in each row's ``query`` field
 """
@@ -99,6 +102,8 @@ class SourceOptions:
     schema_history: str | None = None
     schema_bootstrap: str = "exact"
     include_query: bool = False
+    snapshot_mode: str = "never"
+    snapshot_chunk_rows: int = 50_000
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -137,6 +142,8 @@ class SourceOptions:
             schema_history=_get(options, "schemaHistory"),
             schema_bootstrap=_choice(options, "schemaBootstrap", ("exact", "current")),
             include_query=_choice(options, "includeQuery", ("false", "true")) == "true",
+            snapshot_mode=_choice(options, "snapshotMode", ("never", "initial", "initial_only")),
+            snapshot_chunk_rows=_int(options, "snapshotChunkRows", 50_000),
         )
 
 

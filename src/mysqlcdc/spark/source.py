@@ -31,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from mysqlcdc.capture.planner import RangePlanner
+from mysqlcdc.capture.snapshot import ChunkTask, read_chunk
 from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.envelope.model import ENVELOPE_DDL
 from mysqlcdc.protocol import retry
@@ -54,6 +55,14 @@ class RangePartition(InputPartition):
     def __init__(self, task: RangeTask) -> None:
         super().__init__(task)
         self.task = task
+
+
+class ChunkPartition(InputPartition):
+    """One snapshot chunk: a picklable ChunkTask."""
+
+    def __init__(self, chunk: ChunkTask) -> None:
+        super().__init__(chunk)
+        self.chunk = chunk
 
 
 class MysqlcdcDataSource(DataSource):
@@ -103,7 +112,14 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           on_retry=lambda: self._planner and self._planner.drop_connection())
 
     def initialOffset(self) -> dict:
-        return _offset(self._through_outages(lambda p: p.resolve(self.options.start)))
+        start = self._through_outages(lambda p: p.resolve(self.options.start))
+        if self.options.snapshot_mode == "never":
+            return _offset(start)
+        tables = self._through_outages(lambda p: p.snapshot_tables())
+        offset = _offset(start)
+        if tables:
+            offset["snapshot"] = {"tables": tables, "after": None, "chunk": 0}
+        return offset
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_events_per_batch
@@ -113,6 +129,14 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._through_outages(lambda p: p.current())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        snap = start.get("snapshot")
+        if snap is not None and snap["tables"]:
+            # Snapshot phase: the next chunks; the binlog waits at the snapshot's start.
+            plan, cursor = self._through_outages(
+                lambda p: p.snapshot_chunks(snap, self.options.parallelism))
+            return {**_offset(_position(start)), "snapshot": {**cursor, "plan": plan}}
+        if snap is not None and self.options.snapshot_mode == "initial_only":
+            return start                       # snapshot done; nothing is streamed
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return _offset(self._through_outages(
             lambda p: p.next_end(_position(start), max_events, self._target)))
@@ -121,10 +145,17 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        plan = (end.get("snapshot") or {}).get("plan")
+        if plan:
+            chunks = self._through_outages(lambda p: p.chunk_tasks(plan))
+            return [ChunkPartition(c) for c in chunks]
         tasks = self._through_outages(lambda p: p.tasks(_position(start), _position(end)))
         return [RangePartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        chunk = getattr(partition, "chunk", None)
+        if chunk is not None:
+            return read_chunk(chunk)
         task = getattr(partition, "task", None)
         # Spark hands an empty range a single placeholder partition of its own.
         return iter(()) if task is None else read_range(task)

@@ -379,6 +379,16 @@ def test_server_id_range_must_fit(tmp_path: Path) -> None:
     assert "source: server_id + parallelism" in str(err)
 
 
+def test_snapshot_mode_follows_start_unless_set(tmp_path: Path) -> None:
+    cfg = load_pipeline(write(tmp_path, MINIMAL), env=ENV)
+    assert cfg.source.start == "latest" and cfg.source.snapshot_mode() == "initial"
+    cfg = load_pipeline(write(tmp_path, FULL), env=ENV)        # start: FILE:POS
+    assert cfg.source.snapshot_mode() == "never"
+    text = FULL.replace("server_id: 5401", "server_id: 5401\n  snapshot: {mode: initial}")
+    err = load_error(tmp_path, text)
+    assert "snapshot.mode initial reads the tables as they are now" in str(err)
+
+
 def test_every_sinks_server_ids_must_fit(tmp_path: Path) -> None:
     # parallelism 2, two sinks: ids server_id .. server_id+5.
     text = FULL.replace("server_id: 5401", f"server_id: {2**32 - 5}")
@@ -406,7 +416,7 @@ def _models(root: type[BaseModel]) -> set[type[BaseModel]]:
 
 def test_every_option_is_documented_and_strict() -> None:
     models = _models(PipelineConfig)
-    assert len(models) == 11   # + KafkaSinkConfig, MirrorSinkConfig, ChangelogTableSinkConfig
+    assert len(models) == 12   # + Kafka, Mirror, ChangelogTable sinks, SnapshotConfig
     for model in models:
         assert issubclass(model, _Model) and model.model_config["extra"] == "forbid"
         assert model.__doc__ and model.__doc__.strip(), model

@@ -71,7 +71,8 @@ def debezium_value(row: Row, name: str, now_ms: int) -> bytes:
     """Debezium's MySQL change-event value (JSON converter, schemas disabled)."""
     source = (
         f'{{"version":{_j(VERSION)},"connector":"mysql","name":{_j(name)},'
-        f'"ts_ms":{_j(row["ts_ms"])},"snapshot":"false","db":{_j(row["db"])},'
+        f'"ts_ms":{_j(row["ts_ms"])},"snapshot":"{"true" if row["op"] == "r" else "false"}",'
+        f'"db":{_j(row["db"])},'
         f'"sequence":null,"table":{_j(row["table"])},"server_id":{_j(row["server_id"])},'
         f'"gtid":{_j(row["gtid"])},"file":{_j(row["file"])},"pos":{_j(row["pos"])},'
         f'"row":{_j(row["row"])},"thread":null,"query":{_j(row.get("query"))},"seq":"{row["seq"]}"}}'
