@@ -115,7 +115,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         start = self._through_outages(lambda p: p.resolve(self.options.start))
         if self.options.snapshot_mode == "never":
             return _offset(start)
-        tables = self._through_outages(lambda p: p.snapshot_tables())
+        # The schema history starts at S now: the snapshot takes a while, and a DDL made
+        # meanwhile must be one the history sees, not one a later bootstrap refuses.
+        tables = self._through_outages(lambda p: (p._ensure_history(start), p.snapshot_tables())[1])
         offset = _offset(start)
         if tables:
             offset["snapshot"] = {"tables": tables, "after": None, "chunk": 0}
