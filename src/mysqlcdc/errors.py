@@ -11,6 +11,7 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     MysqlcdcError
     ├── TerminalError
     │   ├── ConfigError                 config file or option is invalid
+    │   │   └── SnapshotRequestError    an on-demand snapshot request that cannot run
     │   ├── DecodeError                 bytes that cannot be decoded exactly
     │   │   ├── TruncatedEventError
     │   │   ├── ChecksumMismatchError
@@ -20,7 +21,9 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   ├── SchemaError                 row does not fit the table definition
     │   │   └── UnsupportedDdlError     a DDL the schema history cannot apply with certainty
     │   │   ├── SchemaBootstrapError    history cannot start at that position
-    │   │   └── TableQuarantinedError   a table's rows are held back
+    │   │   ├── TableQuarantinedError   a table's rows are held back
+    │   │   └── SnapshotTableError      a table cannot be snapshotted (keeps changing, bad key)
+    │   ├── SnapshotTimeoutError        a snapshot chunk's SELECT outlives the time limit
     │   ├── PreflightError              server not usable for CDC
     │   │   ├── BinlogDisabledError
     │   │   ├── BinlogFormatError
@@ -72,6 +75,9 @@ __all__ = [
     "ChangelogWriteError",
     "SourceChangedError",
     "OutageTooLongError",
+    "SnapshotTableError",
+    "SnapshotTimeoutError",
+    "SnapshotRequestError",
     "from_text",
 ]
 
@@ -208,8 +214,9 @@ class MissingPrivilegeError(PreflightError):
 class BinlogPurgedError(PreflightError):
     code = "BINLOG_PURGED"
     hint = (
-        "The start position is no longer on the server. Start from `earliest` (accepting the "
-        "gap) or from a fresh snapshot, and keep binlogs longer (binlog_expire_logs_seconds)."
+        "The start position is no longer on the server. Set source.snapshot.mode: when_needed "
+        "to snapshot the tables again on the same checkpoint, or start a new one; keep "
+        "binlogs longer (binlog_expire_logs_seconds)."
     )
 
 
@@ -293,6 +300,34 @@ class UnsupportedDdlError(SchemaError):
         super().__init__(message, hint=hint)
         self.tables = tables
         self.sql = sql
+
+
+class SnapshotTableError(SchemaError):
+    """A table's snapshot cannot go on: its definition keeps changing under the chunk
+    reads, or the configured chunk key does not fit the table."""
+
+    code = "SNAPSHOT_TABLE_FAILED"
+    hint = ("Check source.snapshot.chunk_keys against the table, or exclude the table; a "
+            "table altered while its snapshot ran is read again by the next run.")
+
+
+class SnapshotTimeoutError(TerminalError):
+    """A snapshot chunk's SELECT ran past the statement time limit, even split down to
+    its smallest parts."""
+
+    code = "SNAPSHOT_QUERY_TIMEOUT"
+    hint = ("Raise source.snapshot.query_timeout_s (or the server's max_statement_time / "
+            "max_execution_time for the capture user), or name an indexed chunk key; run "
+            "again to resume with the chunks not yet committed.")
+
+
+class SnapshotRequestError(ConfigError):
+    """An on-demand snapshot request (``mysqlcdc snapshot``, a signal row) that cannot
+    run: a table the pipeline does not capture, a filter the server refuses."""
+
+    code = "SNAPSHOT_REQUEST_INVALID"
+    hint = ("Name a DB.TABLE this pipeline captures and a --where filter the server "
+            "accepts, then send the request again; a refused request changes nothing.")
 
 
 class MirrorTableStoppedError(TerminalError):

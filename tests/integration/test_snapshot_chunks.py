@@ -1,5 +1,7 @@
 """Snapshot chunks against the real server: values exactly as the binlog decoder writes
-them, keyset chunk boundaries for every kind of key, the watermark window."""
+them, keyset chunk boundaries for every kind of key (and for tables without one), the
+watermark window, and the faults a chunk meets (a DDL, TRUNCATE or DROP while it is
+read, a time limit, a missing privilege)."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import threading
 import pytest
 
 from mysqlcdc.capture.filters import TableFilter
-from mysqlcdc.capture.snapshot import ChunkTask, probe_chunks, read_chunk, snapshot_table
+from mysqlcdc.capture.snapshot import (ChunkTask, Piece, probe_chunks, read_chunk,
+                                       snapshot_table)
 from mysqlcdc.capture.task import RangeTask, read_range
+from mysqlcdc.errors import MissingPrivilegeError, SnapshotTimeoutError
 from mysqlcdc.protocol.connection import ConnectionSettings
-from mysqlcdc.schema.introspect import load_tables
+from mysqlcdc.protocol.resultset import ResultError, read_text_result
+from mysqlcdc.schema.introspect import load_keys, load_table
 
 from tests.support.mariadb import binlog_position
 
@@ -36,14 +41,25 @@ ROWS = [
     "-12345678.1234, 123456789012345678901234567890, 1.5, -2.25e100, b'1010101010', 2024, "
     "'2024-02-29', '2024-02-29 13:45:07', '2024-02-29 13:45:07.123', '1999-12-31 23:59:59.999999', "
     "'2024-02-29 13:45:07', '2038-01-19 03:14:07.99', '-838:59:59', '12:00:00.000001', "
-    "'ab', 'héllo wörld ✓', 'café', REPEAT('t', 300), x'00ff10', x'0001', x'deadbeef', "
-    "'b', 'x,z', '{\"a\": [1, 2.5, null, \"s\"]}', ST_GeomFromText('POINT(1 2)'))",
+    "'ab', 'héllo wörld ✓ \"q\" \\\\ back', 'café', REPEAT('t', 300), x'00ff10', x'0001', "
+    "x'deadbeef', 'b', 'x,z', '{\"a\": [1, 2.5, null, \"s\"]}', ST_GeomFromText('POINT(1 2)'))",
     "(2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
     "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
     "(3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, b'0', 1901, '1000-01-01', '1000-01-01 00:00:00', "
     "'1000-01-01 00:00:00.000', '9999-12-31 23:59:59.000000', '1970-01-02 00:00:01', "
     "'1970-01-02 00:00:01.00', '00:00:00', '-00:00:00.500000', '', '', '', '', '', '', '', "
     "'a', '', '[]', NULL)",
+    # FLOATs whose 6-digit text is not their value, doubles needing 17 digits, control
+    # characters in text, YEAR 0
+    "(4, 1, 1, 1, 1, 1, 1, 1, 1, 16777217, 0.30000000000000004, b'1', 0, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, 'x', 'tab\\tnl\\ncr\\r\\u0001', 'ü', CHAR(0, 7, 31), NULL, NULL, NULL, "
+    "'c', 'x,y,z', 'null', NULL)",
+    "(5, 2, 2, 2, 2, 2, 2, 2, 2, 0.1, 5e-324, b'11', 2155, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, 'y', '😀 emoji', NULL, NULL, NULL, NULL, NULL, NULL, 'y', '3.5', NULL)",
+    "(6, 3, 3, 3, 3, 3, 3, 3, 3, 3.4e38, -1.7976931348623157e308, b'0', NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    "(7, 4, 4, 4, 4, 4, 4, 4, 4, -1.5e-7, 1e100, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, "
+    "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
 ]
 
 
@@ -52,76 +68,131 @@ def _settings(server) -> ConnectionSettings:
                               password=server.password)
 
 
-def _definition(server, db, table):
+def _table(server, db, table, chunk_key=None):
     conn = server.connect()
     try:
-        return load_tables(conn, lambda d, t: (d, t) == (db, table))[(db, table)]
+        return snapshot_table(load_table(conn, db, table), load_keys(conn, db, table), chunk_key)
     finally:
         conn.close()
 
 
-def _chunk(server, definition, lo=None, hi=None, chunk=0, server_id=3100):
-    table = snapshot_table(definition)
-    return list(read_chunk(ChunkTask(_settings(server), server_id, table, lo, hi, chunk)))
+def _chunk(server, table, lo=None, hi=None, chunk=0, **kw):
+    return list(read_chunk(ChunkTask(_settings(server), 0, table, lo, hi, chunk, **kw)))
 
 
 def _rows(batches) -> list[dict]:
     return [row for b in batches for row in b.to_pylist()]
 
 
-def test_snapshot_values_equal_the_binlog_images_for_every_type(mariadb, fresh_db):
+def _pieces(server, table, chunk_rows, where=None):
+    conn = server.connect()
+    try:
+        out, after, done = [], None, False
+        while not done:
+            part, done = probe_chunks(conn, table, after, chunk_rows, 3, where)
+            out.extend(part)
+            after = next((p.hi for p in reversed(part) if not p.nulls), None)
+        return out
+    finally:
+        conn.close()
+
+
+def _read_all(server, table, chunk_rows, where=None):
+    rows = []
+    for i, p in enumerate(_pieces(server, table, chunk_rows, where)):
+        rows.extend(_rows(_chunk(server, table, p.lo, p.hi, chunk=i * 1000, nulls=p.nulls,
+                                 where=where)))
+    return rows
+
+
+def test_snapshot_values_and_keys_equal_the_binlog_images_for_every_type(mariadb, fresh_db):
     mariadb.sql(EVERY_TYPE, db=fresh_db)
     start = binlog_position(mariadb)
     mariadb.sql("SET time_zone = '+03:00'", *[f"INSERT INTO every VALUES {r}" for r in ROWS],
                 db=fresh_db)
     end = binlog_position(mariadb)
-    definition = _definition(mariadb, fresh_db, "every")
+    table = _table(mariadb, fresh_db, "every")
     streamed = _rows(read_range(RangeTask(
         settings=_settings(mariadb), server_id=3101, start=start, end=end,
         tables=TableFilter.exact(fresh_db, "every"),
-        definitions={(fresh_db, "every"): definition})))
-    snap = _rows(_chunk(mariadb, definition))
-    assert [r["op"] for r in snap] == ["r"] * 3 and {r["op"] for r in streamed} == {"c"}
-    by_key = {r["key"]: json.loads(r["after"]) for r in streamed}
+        definitions={(fresh_db, "every"): table.definition})))
+    snap = _rows(_chunk(mariadb, table))
+    assert [r["op"] for r in snap] == ["r"] * len(ROWS) and {r["op"] for r in streamed} == {"c"}
+    by_key = {r["key"]: r["after"] for r in streamed}
+    assert set(by_key) == {r["key"] for r in snap}          # key texts byte for byte
     for row in snap:
-        expected = by_key[row["key"]]
-        got = json.loads(row["after"])
-        diffs = {k: (got.get(k), v) for k, v in expected.items() if got.get(k) != v}
-        assert not diffs, f"key {row['key']}: snapshot vs binlog {diffs}"
+        # the very text the binlog decoder writes, not just equal values
+        assert row["after"] == by_key[row["key"]], row["key"]
         assert row["before"] is None and row["db"] == fresh_db and row["table"] == "every"
 
 
-@pytest.mark.parametrize("ddl, values, keys", [
+def test_a_table_without_primary_key_has_the_streams_key(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE nk (a INT, b VARCHAR(5), f FLOAT)", db=fresh_db)
+    start = binlog_position(mariadb)
+    mariadb.sql("INSERT INTO nk VALUES (1, 'x', 0.1), (NULL, 'y\"', 16777217), (3, NULL, NULL)",
+                db=fresh_db)
+    end = binlog_position(mariadb)
+    table = _table(mariadb, fresh_db, "nk")
+    assert table.key == ()                               # no key at all: one read
+    streamed = _rows(read_range(RangeTask(
+        settings=_settings(mariadb), server_id=3102, start=start, end=end,
+        tables=TableFilter.exact(fresh_db, "nk"), definitions={(fresh_db, "nk"): table.definition})))
+    snap = _rows(_chunk(mariadb, table, nulls=False))
+    assert sorted(r["key"] for r in snap) == sorted(r["key"] for r in streamed)
+    assert all(r["key"] == r["after"] for r in snap)
+
+
+@pytest.mark.parametrize("ddl, values, chunk_key, expect_key", [
     ("CREATE TABLE k (id BIGINT PRIMARY KEY, v INT)",
-     lambda i: f"({i * 3}, {i})", lambda i: i * 3),
-    ("CREATE TABLE k (a VARCHAR(10), b INT, v INT, PRIMARY KEY (a, b))",
-     lambda i: f"('k{i % 7}', {i}, {i})", lambda i: (f"k{i % 7}", i)),
+     lambda i: f"({i * 3}, {i})", None, ("id",)),
+    ("CREATE TABLE k (a VARCHAR(10), b INT, v INT, PRIMARY KEY (b, a))",
+     lambda i: f"('k{i % 7}', {i // 7}, {i})", None, ("b", "a")),      # index order
     ("CREATE TABLE k (s VARCHAR(20) PRIMARY KEY, v INT)",
-     lambda i: f"('name-{i:05d}', {i})", lambda i: f"name-{i:05d}"),
+     lambda i: f"('name-{i:05d}', {i})", None, ("s",)),
+    ("CREATE TABLE k (u INT NOT NULL, w VARCHAR(8) NOT NULL, v INT, UNIQUE KEY uw (u, w))",
+     lambda i: f"({i % 50}, 'w{i}', {i})", None, ("u", "w")),            # unique, no PK
+    ("CREATE TABLE k (grp INT NULL, v INT, KEY (grp))",                 # user key, NULLs
+     lambda i: f"({'NULL' if i % 9 == 0 else i % 40}, {i})", ("grp",), ("grp",)),
+    ("CREATE TABLE k (t TIME(3) PRIMARY KEY, v INT)",                   # TIME keys
+     lambda i: f"(SEC_TO_TIME({i} * 37 - 20000) + INTERVAL {i} MICROSECOND, {i})", None, ("t",)),
+    ("CREATE TABLE k (f FLOAT PRIMARY KEY, v INT)",                     # FLOAT keys
+     lambda i: f"({i} / 3, {i})", None, ("f",)),
 ])
-def test_chunks_cover_the_table_exactly_once(mariadb, fresh_db, ddl, values, keys):
+def test_chunks_cover_the_table_exactly_once(mariadb, fresh_db, ddl, values, chunk_key,
+                                             expect_key):
     mariadb.sql(ddl, "INSERT INTO k VALUES " + ", ".join(values(i) for i in range(1, 1001)),
                 db=fresh_db)
-    definition = _definition(mariadb, fresh_db, "k")
-    table = snapshot_table(definition)
-    conn = mariadb.connect()
-    try:
-        chunks, after, done, n = [], None, False, 0
-        while not done:
-            part, done = probe_chunks(conn, table, after, chunk_rows=128, count=3)
-            chunks.extend(part)
-            after = part[-1][1]
-    finally:
-        conn.close()
-    assert len(chunks) == 8                                  # 7 full chunks and the rest
-    seen = []
-    for i, (lo, hi) in enumerate(chunks):
-        rows = _rows(_chunk(mariadb, definition, lo, hi, chunk=i))
-        assert len(rows) == (128 if i < 7 else 1000 - 7 * 128)
-        seen.extend(json.loads(r["after"])["v"] for r in rows)
-        seqs = [int(r["seq"]) for r in rows]
-        assert len(set(seqs)) == len(seqs)
-    assert sorted(seen) == list(range(1, 1001))
+    table = _table(mariadb, fresh_db, "k", chunk_key)
+    assert table.key == expect_key
+    pieces = _pieces(mariadb, table, 128)
+    ranges = [p for p in pieces if not p.nulls]
+    assert 7 <= len(ranges) <= 9                             # ~1000/128, duplicates in grp
+    rows = _read_all(mariadb, table, 128)
+    assert sorted(json.loads(r["after"])["v"] for r in rows) == list(range(1, 1001))
+    seqs = [int(r["seq"]) for r in rows]
+    assert len(set(seqs)) == len(seqs)
+
+
+def test_a_where_filter_reads_only_its_rows(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE f (id INT PRIMARY KEY, v INT)",
+                "INSERT INTO f SELECT seq, seq % 10 FROM seq_1_to_3000", db=fresh_db)
+    table = _table(mariadb, fresh_db, "f")
+    rows = _read_all(mariadb, table, 100, where="id BETWEEN 101 AND 1000 AND v = 3")
+    assert sorted(json.loads(r["key"])["id"] for r in rows) == \
+        [i for i in range(101, 1001) if i % 10 == 3]
+
+
+def test_the_last_chunk_marks_its_last_row(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE m (id INT PRIMARY KEY)",
+                "INSERT INTO m SELECT seq FROM seq_1_to_500", db=fresh_db)
+    table = _table(mariadb, fresh_db, "m")
+    last = _rows(_chunk(mariadb, table, lo=("400",), last="snapshot"))
+    assert [r["query"] for r in last] == ["snapshot"] * 99 + ["snapshot:last"]
+    mid = _rows(_chunk(mariadb, table, lo=("100",), hi=("200",), kind="backfill"))
+    assert {r["query"] for r in mid} == {"backfill"}
+    table_last = _rows(_chunk(mariadb, table, lo=("450",), kind="backfill", last="table"))
+    assert table_last[-1]["query"] == "backfill:last_in_table"
+    assert {r["txn_id"] for r in table_last} == {f"backfill:{fresh_db}.m:0"}
 
 
 def test_keys_changed_inside_the_window_are_left_to_the_stream(mariadb, fresh_db):
@@ -130,7 +201,7 @@ def test_keys_changed_inside_the_window_are_left_to_the_stream(mariadb, fresh_db
     sorts after the change."""
     mariadb.sql("CREATE TABLE w (id INT PRIMARY KEY, v INT)",
                 "INSERT INTO w SELECT seq, 0 FROM seq_1_to_20000", db=fresh_db)
-    definition = _definition(mariadb, fresh_db, "w")
+    table = _table(mariadb, fresh_db, "w")
     stop = threading.Event()
 
     def writer():
@@ -147,7 +218,7 @@ def test_keys_changed_inside_the_window_are_left_to_the_stream(mariadb, fresh_db
     try:
         found = []
         for attempt in range(5):
-            rows = _rows(_chunk(mariadb, definition, chunk=attempt))
+            rows = _rows(_chunk(mariadb, table, chunk=attempt))
             found.append(len(rows))
             if len(rows) < 20000:
                 break
@@ -160,3 +231,102 @@ def test_keys_changed_inside_the_window_are_left_to_the_stream(mariadb, fresh_db
     rows_left = {json.loads(r["key"])["id"]: json.loads(r["after"])["v"] for r in rows}
     stale = {k: (v, current[k]) for k, v in rows_left.items() if v > current[k]}
     assert not stale
+
+
+@pytest.mark.parametrize("change", [
+    "ALTER TABLE a ADD COLUMN extra INT DEFAULT 7",
+    "TRUNCATE TABLE a",
+])
+def test_a_ddl_inside_the_window_reads_the_chunk_again(mariadb, fresh_db, change):
+    mariadb.sql("CREATE TABLE a (id INT PRIMARY KEY, v INT)",
+                "INSERT INTO a SELECT seq, seq FROM seq_1_to_300", db=fresh_db)
+    table = _table(mariadb, fresh_db, "a")
+    calls = []
+
+    def between():                     # after the low watermark, before the SELECT
+        if not calls:
+            mariadb.sql(change, db=fresh_db)
+            if change.startswith("TRUNCATE"):
+                mariadb.sql("INSERT INTO a VALUES (1000, 1)", db=fresh_db)
+        calls.append(1)
+
+    rows = _rows(read_chunk(ChunkTask(_settings(mariadb), 0, table, None, None, 0),
+                            _after_low=between))
+    assert len(calls) == 2                              # read, found the DDL, read again
+    if change.startswith("ALTER"):
+        assert len(rows) == 300 and {json.loads(r["after"])["extra"] for r in rows} == {7}
+    else:
+        assert [json.loads(r["key"]) for r in rows] == [{"id": 1000}]
+
+
+def test_a_dropped_table_has_nothing_to_read(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE gone (id INT PRIMARY KEY)", "INSERT INTO gone VALUES (1)",
+                db=fresh_db)
+    table = _table(mariadb, fresh_db, "gone")
+    mariadb.sql("DROP TABLE gone", db=fresh_db)
+    assert _rows(_chunk(mariadb, table)) == []
+
+
+def test_a_chunk_past_its_time_limit_is_read_in_parts(mariadb, fresh_db):
+    """Each row costs the server 2 ms (SLEEP in the filter); a 0.1 s limit lets ~50 rows
+    through, so the 200-row chunk is split until its parts fit. Every row still comes
+    once, the parts under the chunk's number."""
+    mariadb.sql("CREATE TABLE slow (id INT PRIMARY KEY)",
+                "INSERT INTO slow SELECT seq FROM seq_1_to_200", db=fresh_db)
+    table = _table(mariadb, fresh_db, "slow")
+    rows = _rows(_chunk(mariadb, table, chunk=5, where="SLEEP(0.002) = 0", timeout_s=0.1,
+                        rows_hint=200))
+    assert sorted(json.loads(r["key"])["id"] for r in rows) == list(range(1, 201))
+    assert {r["txn_id"] for r in rows} == {f"snapshot:{fresh_db}.slow:5"}
+    assert len({int(r["seq"]) for r in rows}) == 200          # parts keep counting rows
+
+
+def test_a_row_that_cannot_fit_the_time_limit_is_a_named_error(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE slow (id INT PRIMARY KEY)",
+                "INSERT INTO slow SELECT seq FROM seq_1_to_4", db=fresh_db)
+    table = _table(mariadb, fresh_db, "slow")
+    with pytest.raises(SnapshotTimeoutError) as err:
+        _chunk(mariadb, table, where="SLEEP(0.05) = 0", timeout_s=0.01, rows_hint=4)
+    assert "time limit of 0.01 s" in err.value.message
+    # without a chunk key nothing can be split: named at once
+    mariadb.sql("CREATE TABLE whole (v INT)", "INSERT INTO whole VALUES (1), (2)", db=fresh_db)
+    with pytest.raises(SnapshotTimeoutError, match="cannot be split"):
+        _chunk(mariadb, _table(mariadb, fresh_db, "whole"), where="SLEEP(0.05) = 0",
+               timeout_s=0.01)
+
+
+def test_a_user_without_select_gets_a_named_error(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE secret (id INT PRIMARY KEY)", "INSERT INTO secret VALUES (1)",
+                "CREATE USER IF NOT EXISTS 'nosel'@'%' IDENTIFIED BY 'pw'",
+                f"GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO 'nosel'@'%'",
+                db=fresh_db)
+    table = _table(mariadb, fresh_db, "secret")
+    settings = ConnectionSettings(mariadb.host, port=mariadb.port, user="nosel", password="pw")
+    conn = __import__("mysqlcdc.protocol.connection", fromlist=["x"]).connect_sql(settings)
+    try:
+        with pytest.raises(MissingPrivilegeError, match=f"{fresh_db}.secret"):
+            probe_chunks(conn, table, None, 10, 2)
+    finally:
+        conn.close()
+    with pytest.raises(MissingPrivilegeError, match="GRANT SELECT"):
+        list(read_chunk(ChunkTask(settings, 0, table, None, None, 0)))
+
+
+def test_the_result_set_reader_handles_nulls_big_rows_and_errors(mariadb):
+    conn = mariadb.connect()
+    try:
+        r = read_text_result(conn, "SELECT NULL, '', 'x', REPEAT('a', 300), REPEAT('b', 70000)")
+        assert [c.to_pylist()[0] for c in r.columns[:4]] == [None, b"", b"x", b"a" * 300]
+        assert r.columns[4][0].as_py() == b"b" * 70000
+        # a row of 18 MB: more than one packet (each value stays under max_allowed_packet)
+        big = read_text_result(conn, "SELECT REPEAT('c', 9000000) AS x, REPEAT('d', 9000000) AS y,"
+                                     " 5 AS z UNION ALL SELECT 'p', 'q', 6")
+        assert big.names == ["x", "y", "z"] and big.rows == 2
+        assert big.columns[0][0].as_py() == b"c" * 9000000
+        assert big.columns[1].to_pylist()[1] == b"q" and big.columns[2].to_pylist() == [b"5", b"6"]
+        with pytest.raises(ResultError) as err:
+            read_text_result(conn, "SELECT * FROM no_such_db.no_such_table")
+        assert err.value.error.code == 1146
+        assert read_text_result(conn, "SELECT 2").columns[0].to_pylist() == [b"2"]   # still usable
+    finally:
+        conn.close()

@@ -64,7 +64,16 @@ class PipelineState:
             "batches_total": self.batches_total, "rows_per_s": round(self.rows_per_s, 1),
             "last_batch_s": self.last_batch_s, "sinks": [s.type for s in self.config.sinks],
             "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else None,
+            "snapshot": self.snapshot(),
         }
+
+    def snapshot(self) -> dict | None:
+        """The snapshot's progress (table, chunks done of the estimate, ETA), if one ran."""
+        from mysqlcdc.pipeline.runner import schema_history_dir, snapshot_status
+
+        folders = [f for i in range(len(self.config.sinks))
+                   if (f := schema_history_dir(self.config, i))]
+        return snapshot_status(folders)
 
 
 class PipelineService:

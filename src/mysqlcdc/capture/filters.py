@@ -33,6 +33,8 @@ class TableFilter:
 
     include: tuple[str, ...] = ("*.*",)
     exclude: tuple[str, ...] = ()
+    # tables read whatever the patterns say (the signal table), as (db, table)
+    also: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         for p in (*self.include, *self.exclude):
@@ -50,6 +52,10 @@ class TableFilter:
         return hit
 
     def _match(self, db: str, table: str) -> bool:
+        return (db, table) in self.also or self.user(db, table)
+
+    def user(self, db: str, table: str) -> bool:
+        """The patterns alone: a table the user captures (``also`` left out)."""
         if db in SYSTEM_SCHEMAS and not any(p.split(".")[0] == db for p in self.include):
             return False
         return _any(self.include, db, table) and not _any(self.exclude, db, table)
@@ -60,11 +66,12 @@ class TableFilter:
         return cls((f"{_escape(db)}.{_escape(table)}",))
 
     @classmethod
-    def parse(cls, include: str | None, exclude: str | None) -> "TableFilter":
+    def parse(cls, include: str | None, exclude: str | None,
+              also: tuple[tuple[str, str], ...] = ()) -> "TableFilter":
         """From comma-separated option strings (the Spark option form)."""
         inc = tuple(p.strip() for p in (include or "*.*").split(",") if p.strip())
         exc = tuple(p.strip() for p in (exclude or "").split(",") if p.strip())
-        return cls(inc or ("*.*",), exc)
+        return cls(inc or ("*.*",), exc, also)
 
 
 def _escape(name: str) -> str:

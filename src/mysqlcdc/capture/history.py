@@ -171,6 +171,29 @@ class SchemaKeeper:
         self._checked.clear()
         self._generation += 1
 
+    def rebase(self, at: BinlogPosition) -> list[Change]:
+        """Start again at ``at`` after the binlog before it was purged: every table whose
+        definition now differs from the history's last one gets a version just before
+        ``at`` (kind ``rebase``, the old one in ``before``; a table gone: None), and the
+        catalog follows the server from there."""
+        conn = self.sql()
+        now = load_tables(conn)
+        mark = BinlogPosition(at.file_number, at.pos - 1, at.file)
+        known = self.history.tables_at(mark)
+        known.pop(("", ""), None)
+        records = [Change(mark, "rebase", db, table, now.get((db, table)),
+                          "-- the binlog before this position was purged; definitions re-read",
+                          before=known.get((db, table)))
+                   for db, table in sorted(set(known) | set(now))
+                   if known.get((db, table)) != now.get((db, table))]
+        self.history.record(records)
+        self.catalog = None
+        self._checked.clear()
+        self._generation += 1
+        self._load_catalog(conn)
+        self.applied_to = max(self.applied_to, _key(mark))
+        return records
+
     # -- per batch ---------------------------------------------------------------
     def observer(self, batch_start: BinlogPosition) -> Callable[[str, int, list[Event]], None]:
         """The scan callback for the micro-batch starting at ``batch_start``."""

@@ -357,69 +357,6 @@ class RangePlanner:
             log.warning("schema history bootstrap: read %d MB of binlog in %.1f s",
                         seen >> 20, time.monotonic() - began)
 
-    # -- snapshots ----------------------------------------------------------------
-    def snapshot_tables(self) -> list[str]:
-        """The captured tables that exist now, ``db.table``, in a stable order."""
-        from mysqlcdc.schema.introspect import load_tables
-
-        found = load_tables(self._sql(), self.options.tables)
-        self._snapshot_defs = found
-        return sorted(f"{db}.{table}" for db, table in found)
-
-    def _snapshot_table(self, name: str):
-        from mysqlcdc.capture.snapshot import snapshot_table
-        from mysqlcdc.schema.introspect import load_tables
-
-        db, table = name.split(".", 1)
-        cached = getattr(self, "_snapshot_cache", None)
-        if cached is None:
-            cached = self._snapshot_cache = {}
-        if name not in cached:
-            found = load_tables(self._sql(), lambda d, t: (d, t) == (db, table))
-            cached[name] = snapshot_table(found[(db, table)]) if found else None
-        return cached[name]
-
-    def snapshot_chunks(self, cursor: dict, count: int) -> tuple[list, dict]:
-        """The next ``count`` chunks from ``cursor`` (tables left, the last boundary, the
-        chunk counter): ``[[table, lo, hi, chunk], ...]`` and the cursor after them."""
-        from mysqlcdc.capture.snapshot import decode_bound, encode_bound, probe_chunks
-
-        tables, after, chunk = list(cursor["tables"]), cursor.get("after"), int(cursor["chunk"])
-        plan: list = []
-        while tables and len(plan) < count:
-            table = self._snapshot_table(tables[0])
-            if table is None:              # dropped since the snapshot began: nothing to read
-                log.warning("table %s is gone; its snapshot is skipped", tables[0])
-                tables.pop(0)
-                after = None
-                continue
-            parts, done = probe_chunks(self._sql(), table, decode_bound(after),
-                                       self.options.snapshot_chunk_rows, count - len(plan))
-            for lo, hi in parts:
-                plan.append([tables[0], encode_bound(lo), encode_bound(hi), chunk])
-                chunk += 1
-            if done:
-                tables.pop(0)
-                after = None
-            else:
-                after = encode_bound(parts[-1][1])
-        return plan, {"tables": tables, "after": after, "chunk": chunk}
-
-    def chunk_tasks(self, plan: list) -> list:
-        from mysqlcdc.capture.snapshot import ChunkTask, decode_bound
-
-        o = self.options
-        tasks = []
-        for index, (name, lo, hi, chunk) in enumerate(plan):
-            table = self._snapshot_table(name)
-            if table is None:
-                continue
-            tasks.append(ChunkTask(
-                settings=o.settings, server_id=o.server_id + 1 + index % max(1, o.parallelism),
-                table=table, lo=decode_bound(lo), hi=decode_bound(hi), chunk=chunk,
-                retry=o.retry, batch_rows=o.batch_rows))
-        return tasks
-
     def close(self) -> None:
         self.drop_connection()
         if self._status_file is not None:

@@ -17,6 +17,7 @@ import pyarrow as pa
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.capture.changes import ChangeDecoder, HistoryLookup, iter_change_batches
 from mysqlcdc.capture.filters import TableFilter
+from mysqlcdc.capture.signals import SignalTap
 from mysqlcdc.protocol.connection import ConnectionSettings
 from mysqlcdc.protocol.retry import STATS, RetryPolicy
 from mysqlcdc.protocol.stream import ReplicationStream
@@ -41,6 +42,8 @@ class RangeTask:
     include_query: bool = False
     # where this task reports its outages for the driver's progress line (best effort)
     status_path: str | None = None
+    # hands the signal table's inserted rows to the driver (capture.signals)
+    signals: SignalTap | None = None
 
 
 def task_view(task: RangeTask) -> SchemaView:
@@ -64,7 +67,8 @@ def read_range(task: RangeTask) -> Iterator[pa.RecordBatch]:
     if report is not None:
         STATS.listen(report)
     try:
-        yield from iter_change_batches(stream, decoder, end=task.end, batch_rows=task.batch_rows)
+        batches = iter_change_batches(stream, decoder, end=task.end, batch_rows=task.batch_rows)
+        yield from (batches if task.signals is None else task.signals.tap(batches))
     finally:
         stream.close()
         if report is not None:

@@ -179,22 +179,71 @@ class ReconnectConfig(_Model):
 
 
 class SnapshotConfig(_Model):
-    """The rows the captured tables already hold, read before the binlog is streamed:
-    lock-free, in primary-key chunks (one Spark read task each, `parallelism` at a time),
-    each chunk reconciled with the binlog written while it was read. Rows arrive as
-    `op = r` records; progress is kept in the checkpoint, so a restarted pipeline goes
-    on with the chunks not yet committed."""
+    """The rows the captured tables already hold, read beside the binlog: lock-free, in
+    chunks by key (one Spark read task each), each chunk reconciled with the binlog
+    written while it was read. Rows arrive as `op = r` records; progress is kept in the
+    checkpoint, so a restarted pipeline goes on with the chunks not yet committed. A
+    running pipeline snapshots a table again on demand (`mysqlcdc snapshot`, or a row in
+    `signal_table`)."""
 
-    mode: Literal["initial", "initial_only", "never"] | None = Field(
+    mode: Literal["initial", "initial_only", "never", "when_needed"] | None = Field(
         None, description="`initial`: snapshot every captured table, then stream; "
-        "`initial_only`: snapshot, then stop; `never`: only changes from `start` on. Null "
-        "(the default): `initial` when `start` is `latest`, else `never` (an older position "
-        "replays the binlog from there instead). Only a pipeline without a checkpoint "
-        "snapshots."
+        "`initial_only`: snapshot, then stop; `when_needed`: like `initial`, and snapshot "
+        "again (same checkpoint, a `t` record per table first) when the checkpoint's "
+        "position has been purged from the server; `never`: only changes from `start` on. "
+        "Null (the default): `initial` when `start` is `latest`, else `never` (an older "
+        "position replays the binlog from there instead). Only a pipeline without a "
+        "checkpoint takes its initial snapshot."
     )
     chunk_rows: int = Field(
         50_000, ge=1, le=1_000_000, description="Rows per chunk (one read task each)."
     )
+    chunks_per_batch: int | None = Field(
+        None, ge=1, le=10_000, description="Chunks read per micro-batch (Spark runs them "
+        "`parallelism` at a time). Null: 4 x `parallelism`. While the stream runs, a backfill "
+        "reads this many chunks beside each batch of changes."
+    )
+    chunk_keys: dict[str, list[str]] = Field(
+        default_factory=dict, description="Per `db.table` (exact names), the columns its "
+        "snapshot is chunked by, for tables without a primary key (an indexed column, "
+        "unique or not; rows where it is NULL are one more chunk). A table without a primary "
+        "key and without an entry is chunked by its first unique key over NOT NULL columns, "
+        "else read as one task (logged)."
+    )
+    query_timeout_s: float | None = Field(
+        None, gt=0, description="Seconds a chunk's SELECT may run (the session's "
+        "max_statement_time / max_execution_time); a chunk that runs longer is read again in "
+        "halves. Null: the server's own limit."
+    )
+    signal_table: str | None = Field(
+        "mysqlcdc.mysqlcdc_signal", description="`db.table` whose inserted rows ask the "
+        "running pipeline for snapshots (`mysqlcdc snapshot` writes there; Debezium's "
+        "signal format). Read from the binlog: the table need not be captured, and need not "
+        "exist until the first request. Null: no signals."
+    )
+
+    @field_validator("chunk_keys")
+    @classmethod
+    def _chunk_key_names(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, columns in value.items():
+            db, sep, table = name.partition(".")
+            if not sep or not db or not table or "." in table or any(c in name for c in "*?["):
+                raise PydanticCustomError("chunk_key_name", "chunk_keys names exact tables as "
+                                          "db.table, got {name!r}", {"name": name})
+            if not columns:
+                raise PydanticCustomError("chunk_key_columns", "chunk_keys[{name}] names no "
+                                          "column", {"name": name})
+        return value
+
+    @field_validator("signal_table")
+    @classmethod
+    def _signal_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            db, sep, table = value.partition(".")
+            if not sep or not db or not table or "." in table:
+                raise PydanticCustomError("signal_table", "signal_table must be db.table, got "
+                                          "{value!r}", {"value": value})
+        return value
 
 
 class SourceConfig(_Model):
@@ -288,7 +337,8 @@ class SourceConfig(_Model):
 
     @model_validator(mode="after")
     def _snapshot_fits_start(self) -> Self:
-        if self.snapshot.mode in ("initial", "initial_only") and str(self.start) != "latest":
+        if self.snapshot.mode in ("initial", "initial_only", "when_needed") \
+                and str(self.start) != "latest":
             raise PydanticCustomError(
                 "snapshot_start",
                 "snapshot.mode {mode} reads the tables as they are now and streams from the "

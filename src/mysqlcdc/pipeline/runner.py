@@ -16,14 +16,15 @@ from mysqlcdc.capture.server import preflight
 from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig,
                                     ChangelogTableSinkConfig, MirrorSinkConfig,
                                     PipelineConfig)
-from mysqlcdc.errors import (ConfigError, MysqlcdcError, ServerIdInUseError, ServerUnreachableError,
-                             from_text)
+from mysqlcdc.errors import (BinlogPurgedError, ConfigError, MysqlcdcError, ServerIdInUseError,
+                             ServerUnreachableError, from_text)
 from mysqlcdc.protocol.connection import ConnectionSettings
 from mysqlcdc.spark.checkpoint import latest_offset, local_dir
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
-           "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir"]
+           "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir",
+           "snapshot_status"]
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,19 @@ def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
         "includeQuery": str(src.include_query).lower(),
         "snapshotMode": src.snapshot_mode(),
         "snapshotChunkRows": str(src.snapshot.chunk_rows),
+        "pipelineName": cfg.name,
     }
+    snap = src.snapshot
+    if snap.chunks_per_batch is not None:
+        opts["snapshotChunksPerBatch"] = str(snap.chunks_per_batch)
+    if snap.chunk_keys:
+        import json
+
+        opts["snapshotChunkKeys"] = json.dumps(snap.chunk_keys)
+    if snap.query_timeout_s is not None:
+        opts["snapshotQueryTimeout"] = str(snap.query_timeout_s)
+    if snap.signal_table is not None:
+        opts["signalTable"] = snap.signal_table
     if src.reconnect.attempts is not None:
         opts["reconnectAttempts"] = str(src.reconnect.attempts)
     ssl = _ssl(cfg) or {}
@@ -143,10 +156,16 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
             # host rebooting with its database). One that never ran has nothing to resume:
             # an unreachable source there is far more often a wrong host or port, so it
             # says so at once.
-            if resuming:
-                retry.call(check, retry_policy(cfg), settings.address)
-            else:
-                check()
+            try:
+                if resuming:
+                    retry.call(check, retry_policy(cfg), settings.address)
+                else:
+                    check()
+            except BinlogPurgedError as exc:
+                if not (resuming and cfg.source.snapshot_mode() == "when_needed"):
+                    raise
+                log.warning("%s; snapshot.mode is when_needed: the pipeline snapshots its "
+                            "tables again and streams on from there", exc.message)
             return
         except ServerIdInUseError:
             if time.monotonic() >= deadline:
@@ -331,8 +350,32 @@ def _report(query, on_progress: Callable[[dict], None] | None, folders: list[str
     status = source_status(folders)
     if status is not None:
         progress["source"] = status
+    snapshot = snapshot_status(folders)
+    if snapshot is not None:
+        progress["snapshot"] = snapshot
     if progress:
         on_progress(progress)
+
+
+def snapshot_status(folders) -> dict | None:
+    """The snapshot's progress as the planners of these schema-history folders last wrote
+    it (``capture.backfill``): the sink furthest from done, None when no snapshot ran."""
+    import json
+
+    from mysqlcdc.capture.backfill import STATUS_FILE
+
+    found = []
+    for folder in folders:
+        try:
+            found.append(json.loads((Path(folder) / STATUS_FILE).read_text()))
+        except (OSError, ValueError):
+            continue
+    if not found:
+        return None
+    busy = [s for s in found if s.get("phase") != "idle"]
+    if not busy:
+        return found[0]
+    return min(busy, key=lambda s: (s.get("tables_done", 0), s.get("chunks_done") or 0))
 
 
 def source_status(folders) -> dict | None:

@@ -92,13 +92,16 @@ class ReplicationStream:
 
     ``reconnect=None`` turns reconnecting off (a drop raises at once).
     ``stop_at`` ends iteration once the next event would start at or after it.
+    ``server_id`` 0 is a reader of a bounded range that the server never waits for
+    (it ends the dump at the end of its binlog): such readers do not displace each
+    other, so any number of them may run at once (snapshot chunks' windows).
     Not thread-safe; ``close()`` is idempotent.
     """
 
     def __init__(self, settings: ConnectionSettings, *, server_id: int, start: BinlogPosition,
                  heartbeat_seconds: float = 5.0, reconnect: RetryPolicy | None = RetryPolicy(),
                  stop_at: BinlogPosition | None = None) -> None:
-        if not 0 < server_id < 2**32:
+        if not 0 <= server_id < 2**32 or (server_id == 0 and stop_at is None):
             raise ConfigError(f"server_id must be between 1 and 4294967295, got {server_id}")
         if heartbeat_seconds < 0:
             raise ConfigError(f"heartbeat_seconds must be >= 0, got {heartbeat_seconds}")

@@ -15,8 +15,8 @@ from mysqlcdc.errors import ProtocolError
 from mysqlcdc.protocol.connection import query
 from mysqlcdc.schema.model import ColumnDef, TableDef
 
-__all__ = ["SYSTEM_SCHEMAS", "load_tables", "load_databases", "load_server_charset",
-           "load_server_settings", "parse_labels", "charset_of_collation"]
+__all__ = ["SYSTEM_SCHEMAS", "load_tables", "load_table", "load_keys", "load_databases",
+           "load_server_charset", "load_server_settings", "parse_labels", "charset_of_collation"]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 _BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
@@ -60,6 +60,51 @@ def load_tables(conn: pymysql.Connection, include: Include | None = None
         charsets[(db, table)] = charset_of_collation(rest[10])
     return {key: TableDef(key[0], key[1], tuple(cols), charset=charsets[key])
             for key, cols in columns.items()}
+
+
+_TABLE_COLUMNS_SQL = """
+SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE,
+       c.CHARACTER_SET_NAME, c.IS_NULLABLE, c.CHARACTER_MAXIMUM_LENGTH, c.NUMERIC_PRECISION,
+       c.NUMERIC_SCALE, c.DATETIME_PRECISION, c.EXTRA, t.TABLE_COLLATION, c.COLUMN_KEY
+FROM information_schema.COLUMNS c
+JOIN information_schema.TABLES t
+  ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
+WHERE c.TABLE_SCHEMA = {db} AND c.TABLE_NAME = {table} AND t.TABLE_TYPE <> 'VIEW'
+ORDER BY c.ORDINAL_POSITION
+"""
+
+_KEYS_SQL = """
+SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = {db} AND TABLE_NAME = {table} AND NON_UNIQUE = 0 AND SUB_PART IS NULL
+ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX
+"""
+
+
+def _literal(conn: pymysql.Connection, text: str) -> str:
+    return conn.escape(text)
+
+
+def load_table(conn: pymysql.Connection, db: str, table: str) -> TableDef | None:
+    """One table's definition now (None when it does not exist), in one round trip:
+    ``load_tables`` for a single table, without reading every table's columns."""
+    rows = query(conn, _TABLE_COLUMNS_SQL.format(db=_literal(conn, db),
+                                                 table=_literal(conn, table)))
+    if not rows:
+        return None
+    primary = load_keys(conn, db, table).get("PRIMARY", ()) if any(
+        str(r[11]).upper() == "PRI" for r in rows) else ()
+    columns = tuple(_column(list(r[:10]), is_primary_key=str(r[0]) in primary) for r in rows)
+    return TableDef(db, table, columns, charset=charset_of_collation(rows[0][10]))
+
+
+def load_keys(conn: pymysql.Connection, db: str, table: str) -> dict[str, tuple[str, ...]]:
+    """The table's unique indexes over whole columns (``PRIMARY`` first), each with its
+    columns in index order."""
+    keys: dict[str, tuple[str, ...]] = {}
+    for name, column in query(conn, _KEYS_SQL.format(db=_literal(conn, db),
+                                                     table=_literal(conn, table))):
+        keys[str(name)] = keys.get(str(name), ()) + (str(column),)
+    return keys
 
 
 _DATABASES_SQL = f"""

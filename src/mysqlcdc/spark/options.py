@@ -21,9 +21,19 @@ Options (case-insensitive, as Spark passes them)::
                                      then every start bootstraps it again)
     schemaBootstrap                  exact (default) | current: accept today's table
                                      definitions for older events (see README)
-    snapshotMode                     never (default) | initial | initial_only: read the rows
-                                     the captured tables hold first (``op = r``), in chunks
+    snapshotMode                     never (default) | initial | initial_only | when_needed:
+                                     read the rows the captured tables hold first (``op =
+                                     r``), in chunks; when_needed also snapshots again when
+                                     the checkpoint's position was purged from the server
     snapshotChunkRows                rows per snapshot chunk (default 50000)
+    snapshotChunksPerBatch           chunks read per micro-batch (default: 4 x parallelism)
+    snapshotChunkKeys                JSON object {"db.table": ["col", ...]}: the columns a
+                                     table without a primary key is chunked by
+    snapshotQueryTimeout             seconds a chunk's SELECT may run (default: the server's
+                                     limit); a chunk that runs longer is read in halves
+    signalTable                      db.table of the signal table whose inserted rows ask the
+                                     running query for snapshots (needs schemaHistory)
+    pipelineName                     a signal naming another pipeline is ignored
     includeQuery                     true: the statement text (ANNOTATE_ROWS / ROWS_QUERY)
                                      in each row's ``query`` field
 """
@@ -104,6 +114,19 @@ class SourceOptions:
     include_query: bool = False
     snapshot_mode: str = "never"
     snapshot_chunk_rows: int = 50_000
+    snapshot_chunks_per_batch: int = 0              # 0: 4 x parallelism
+    snapshot_chunk_keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    snapshot_timeout_s: float | None = None
+    signal_table: tuple[str, str] | None = None
+    pipeline: str | None = None
+
+    def chunk_key(self, name: str) -> tuple[str, ...] | None:
+        """The user's chunk key of ``db.table``, if any."""
+        return dict(self.snapshot_chunk_keys).get(name)
+
+    @property
+    def chunks_per_batch(self) -> int:
+        return self.snapshot_chunks_per_batch or 4 * self.parallelism
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -115,6 +138,8 @@ class SourceOptions:
             raise ConfigError(
                 "option serverId is required: a replica id unique on the source server"
             )
+        history = _get(options, "schemaHistory")
+        signal = _table_name(_get(options, "signalTable"), "signalTable")
         return cls(
             settings=ConnectionSettings(
                 host=host,
@@ -129,7 +154,8 @@ class SourceOptions:
                             ("earliest", "latest")),
             end=_position(_get(options, "endingPosition", "latest"), "endingPosition",
                           ("latest",)),
-            tables=TableFilter.parse(_get(options, "include"), _get(options, "exclude")),
+            tables=TableFilter.parse(_get(options, "include"), _get(options, "exclude"),
+                                     (signal,) if signal and history else ()),
             max_events_per_batch=_int(options, "maxEventsPerBatch", None),
             parallelism=_int(options, "parallelism", 1),
             batch_rows=_int(options, "batchRows", 8192),
@@ -139,12 +165,52 @@ class SourceOptions:
                 max_delay=_number(options, "reconnectMaxDelay", 30.0, minimum=0.001),
                 max_wait=_number(options, "reconnectMaxWait", 600.0, minimum=0.001),
             ),
-            schema_history=_get(options, "schemaHistory"),
+            schema_history=history,
             schema_bootstrap=_choice(options, "schemaBootstrap", ("exact", "current")),
             include_query=_choice(options, "includeQuery", ("false", "true")) == "true",
-            snapshot_mode=_choice(options, "snapshotMode", ("never", "initial", "initial_only")),
-            snapshot_chunk_rows=_int(options, "snapshotChunkRows", 50_000),
+            snapshot_mode=_choice(options, "snapshotMode",
+                                  ("never", "initial", "initial_only", "when_needed")),
+            snapshot_chunk_rows=_chunk_rows(options),
+            snapshot_chunks_per_batch=_int(options, "snapshotChunksPerBatch", 0) or 0,
+            snapshot_chunk_keys=_chunk_keys(_get(options, "snapshotChunkKeys")),
+            snapshot_timeout_s=_number(options, "snapshotQueryTimeout", None, minimum=0.001),
+            signal_table=signal,
+            pipeline=_get(options, "pipelineName"),
         )
+
+
+def _chunk_rows(options: Mapping[str, str]) -> int:
+    rows = _int(options, "snapshotChunkRows", 50_000)
+    if rows > 1_000_000:
+        raise ConfigError(f"option snapshotChunkRows must be at most 1000000, got {rows}")
+    return rows
+
+
+def _table_name(text: str | None, name: str) -> tuple[str, str] | None:
+    if not text:
+        return None
+    db, sep, table = text.partition(".")
+    if not sep or not db or not table or "." in table:
+        raise ConfigError(f"option {name} must be db.table, got {text!r}")
+    return db, table
+
+
+def _chunk_keys(text: str | None) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not text:
+        return ()
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(c, str) for c in v) for v in data.values()):
+        raise ConfigError('option snapshotChunkKeys must be a JSON object such as '
+                          f'{{"shop.log": ["day", "seq"]}}, got {text!r}')
+    for name in data:
+        _table_name(name, "snapshotChunkKeys")
+    return tuple(sorted((k, tuple(v)) for k, v in data.items()))
 
 
 def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:

@@ -14,6 +14,7 @@ decode ``[start, end)``, which re-reads to exactly the same rows on replay.
 
 from __future__ import annotations
 
+import logging
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -30,15 +31,18 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from mysqlcdc.capture.backfill import SnapshotPhase
 from mysqlcdc.capture.planner import RangePlanner
-from mysqlcdc.capture.snapshot import ChunkTask, read_chunk
 from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.envelope.model import ENVELOPE_DDL
+from mysqlcdc.errors import BinlogPurgedError
 from mysqlcdc.protocol import retry
 from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["MysqlcdcDataSource"]
+
+log = logging.getLogger(__name__)
 
 
 def _offset(position: BinlogPosition) -> dict:
@@ -58,11 +62,19 @@ class RangePartition(InputPartition):
 
 
 class ChunkPartition(InputPartition):
-    """One snapshot chunk: a picklable ChunkTask."""
+    """One snapshot chunk (or the records that open a new snapshot): a picklable
+    ``ChunkTask`` / ``ResetTask``."""
 
-    def __init__(self, chunk: ChunkTask) -> None:
+    def __init__(self, chunk) -> None:
         super().__init__(chunk)
         self.chunk = chunk
+
+
+def _read_chunk(chunk) -> Iterator[pa.RecordBatch]:
+    from mysqlcdc.capture.backfill import ResetTask, read_reset
+    from mysqlcdc.capture.snapshot import read_chunk
+
+    return read_reset(chunk) if isinstance(chunk, ResetTask) else read_chunk(chunk)
 
 
 class MysqlcdcDataSource(DataSource):
@@ -95,6 +107,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
+        self._snapshot = SnapshotPhase(options, lambda: self.planner)
 
     @property
     def planner(self) -> RangePlanner:
@@ -113,15 +126,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         start = self._through_outages(lambda p: p.resolve(self.options.start))
-        if self.options.snapshot_mode == "never":
-            return _offset(start)
-        # The schema history starts at S now: the snapshot takes a while, and a DDL made
-        # meanwhile must be one the history sees, not one a later bootstrap refuses.
-        tables = self._through_outages(lambda p: (p._ensure_history(start), p.snapshot_tables())[1])
-        offset = _offset(start)
-        if tables:
-            offset["snapshot"] = {"tables": tables, "after": None, "chunk": 0}
-        return offset
+        return self._through_outages(lambda p: self._snapshot.initial(start))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_events_per_batch
@@ -131,33 +136,54 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._through_outages(lambda p: p.current())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        snap = start.get("snapshot")
-        if snap is not None and snap["tables"]:
-            # Snapshot phase: the next chunks; the binlog waits at the snapshot's start.
-            plan, cursor = self._through_outages(
-                lambda p: p.snapshot_chunks(snap, self.options.parallelism))
-            return {**_offset(_position(start)), "snapshot": {**cursor, "plan": plan}}
-        if snap is not None and self.options.snapshot_mode == "initial_only":
-            return start                       # snapshot done; nothing is streamed
+        # The initial snapshot's chunks (the binlog waits at its start), if any.
+        held = self._through_outages(lambda p: self._snapshot.held(start))
+        if held is not None:
+            return held
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return _offset(self._through_outages(
-            lambda p: p.next_end(_position(start), max_events, self._target)))
+        try:
+            end = _offset(self._through_outages(
+                lambda p: p.next_end(_position(start), max_events, self._target)))
+        except BinlogPurgedError as exc:      # snapshotMode when_needed: a new snapshot
+            return self._through_outages(lambda p: self._snapshot.purged(start, exc))
+        # backfills asked for by signals, read beside the stream
+        return self._through_outages(lambda p: self._snapshot.after_stream(start, end))
 
     def reportLatestOffset(self) -> dict | None:
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        plan = (end.get("snapshot") or {}).get("plan")
-        if plan:
-            chunks = self._through_outages(lambda p: p.chunk_tasks(plan))
-            return [ChunkPartition(c) for c in chunks]
-        tasks = self._through_outages(lambda p: p.tasks(_position(start), _position(end)))
-        return [RangePartition(t) for t in tasks]
+        chunks = [ChunkPartition(c) for c in self._through_outages(
+            lambda p: self._snapshot.tasks(end))]
+        if not self._snapshot.streams(end):
+            return chunks                       # a new snapshot: the range was purged
+        try:
+            tasks = self._through_outages(lambda p: p.tasks(_position(start), _position(end)))
+        except BinlogPurgedError:
+            if self.options.snapshot_mode != "when_needed":
+                raise
+            log.warning("the binlog of %s..%s was purged before this batch read it; the "
+                        "next batch snapshots the tables again", start, end)
+            return chunks
+        return chunks + [RangePartition(t) for t in self._tapped(tasks)]
+
+    def _tapped(self, tasks: list[RangeTask]) -> list[RangeTask]:
+        """The range tasks, handing the signal table's rows to the driver."""
+        o = self.options
+        if o.signal_table is None or o.schema_history is None:
+            return tasks
+        from dataclasses import replace
+
+        from mysqlcdc.capture.signals import SignalTap, signal_folder
+
+        db, table = o.signal_table
+        tap = SignalTap(db, table, str(signal_folder(o.schema_history)), o.tables.user(db, table))
+        return [replace(t, signals=tap) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         chunk = getattr(partition, "chunk", None)
         if chunk is not None:
-            return read_chunk(chunk)
+            return _read_chunk(chunk)
         task = getattr(partition, "task", None)
         # Spark hands an empty range a single placeholder partition of its own.
         return iter(()) if task is None else read_range(task)

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["encode_key", "mysqlcdc_value", "debezium_value", "headers", "TxnTally",
+__all__ = ["encode_key", "mysqlcdc_value", "debezium_value", "snapshot_mark", "headers", "TxnTally",
            "tally_transactions", "merge_tallies", "boundary_records", "VERSION"]
 
 Row = Mapping[str, Any]
@@ -67,15 +67,29 @@ def mysqlcdc_value(row: Row) -> bytes:
     ).encode()
 
 
+# ``query`` of a snapshot row (docs/ENVELOPE.md) -> Debezium's ``source.snapshot``
+_SNAPSHOT_MARKS = {"snapshot:last": "last", "snapshot:last_in_table": "last_in_data_collection",
+                   "backfill": "incremental", "backfill:last_in_table": "incremental"}
+
+
+def snapshot_mark(row: Row) -> str:
+    """Debezium's ``source.snapshot``: ``true`` / ``last_in_data_collection`` / ``last`` for
+    the initial snapshot's rows, ``incremental`` for an on-demand one's, else ``false``."""
+    if row["op"] != "r":
+        return "false"
+    return _SNAPSHOT_MARKS.get(row.get("query") or "", "true")
+
+
 def debezium_value(row: Row, name: str, now_ms: int) -> bytes:
     """Debezium's MySQL change-event value (JSON converter, schemas disabled)."""
+    query = None if row["op"] == "r" else row.get("query")
     source = (
         f'{{"version":{_j(VERSION)},"connector":"mysql","name":{_j(name)},'
-        f'"ts_ms":{_j(row["ts_ms"])},"snapshot":"{"true" if row["op"] == "r" else "false"}",'
+        f'"ts_ms":{_j(row["ts_ms"])},"snapshot":"{snapshot_mark(row)}",'
         f'"db":{_j(row["db"])},'
         f'"sequence":null,"table":{_j(row["table"])},"server_id":{_j(row["server_id"])},'
         f'"gtid":{_j(row["gtid"])},"file":{_j(row["file"])},"pos":{_j(row["pos"])},'
-        f'"row":{_j(row["row"])},"thread":null,"query":{_j(row.get("query"))},"seq":"{row["seq"]}"}}'
+        f'"row":{_j(row["row"])},"thread":null,"query":{_j(query)},"seq":"{row["seq"]}"}}'
     )
     return (
         f'{{"before":{_raw(row["before"])},"after":{_raw(row["after"])},"source":{source},'
