@@ -171,11 +171,15 @@ class SnapshotPhase:
         return sorted(f"{db}.{table}" for db, table in found)
 
     def _check_readable(self, tables: list[str]) -> None:
-        """Every table must answer a SELECT before the snapshot starts (not hours in)."""
+        """Every table must answer a SELECT before the snapshot starts (not hours in).
+        information_schema hides a table the user may not read, so the tables the
+        include patterns name literally are tried as well."""
         from mysqlcdc.protocol.connection import query
 
         conn = self.planner()._sql()
-        for name in tables:
+        named = [p for p in self.options.tables.include if not any(c in p for c in "*?[")]
+        for name in sorted(set(tables) | {n for n in named if self.options.tables.user(
+                *n.split(".", 1))}):
             db, table = name.split(".", 1)
             try:
                 query(conn, f"SELECT 1 FROM `{db.replace('`', '``')}`."
@@ -186,6 +190,9 @@ class SnapshotPhase:
                     f"read ({exc.message})",
                     hint=f"GRANT SELECT ON `{db}`.`{table}` TO the capture user, or exclude "
                     "the table from source.tables.") from exc
+            except MysqlcdcError as exc:
+                if getattr(exc, "server_code", 0) not in (1146, 1049):   # not there (yet)
+                    raise
 
     # -- planning ----------------------------------------------------------------------
     def held(self, start: dict) -> dict | None:
@@ -237,6 +244,9 @@ class SnapshotPhase:
             pieces = None
             if table is not None:
                 pieces = self._probe(sql, table, after, count - len(plan), where, kind, name)
+            elif kind != "snapshot":
+                log.error("%s", SnapshotRequestError(f"the snapshot request for {name} cannot "
+                                                     "run: the table does not exist"))
             if pieces is None:                 # gone, or a refused request: nothing to read
                 tables.pop(0)
                 after, table_chunks = None, 0
@@ -288,10 +298,10 @@ class SnapshotPhase:
         except MysqlcdcError as exc:
             if kind == "snapshot" or exc.transient:
                 raise
-            err = SnapshotRequestError(f"the snapshot request for {name}"
-                                       f"{'' if not where else f' WHERE {where}'} cannot run: "
-                                       f"[{exc.code}] {exc.message}")
-            log.error("%s — %s", err, err.hint)
+            err = exc if isinstance(exc, SnapshotRequestError) else SnapshotRequestError(
+                f"the snapshot request for {name}{'' if not where else f' WHERE {where}'} "
+                f"cannot run: [{exc.code}] {exc.message}")
+            log.error("%s", err)
             return None
 
     def _finished(self, name: str, kind: str) -> None:
@@ -312,8 +322,7 @@ class SnapshotPhase:
         for signal in found:
             requests, refused = parse_requests(signal, self.options.pipeline)
             if refused:
-                err = SnapshotRequestError(f"signal {signal.id!r} is ignored: {refused}")
-                log.error("%s — %s", err, err.hint)
+                log.error("%s", SnapshotRequestError(f"signal {signal.id!r} is ignored: {refused}"))
                 continue
             for r in requests:
                 tables = self._apply(tables, r)
@@ -328,9 +337,9 @@ class SnapshotPhase:
             return kept
         db, _, table = (request.table or "").partition(".")
         if not table or not self.options.tables.user(db, table):
-            err = SnapshotRequestError(f"signal {request.id!r} asks for a snapshot of "
-                                       f"{request.table!r}, which this pipeline does not capture")
-            log.error("%s — %s", err, err.hint)
+            log.error("%s", SnapshotRequestError(
+                f"signal {request.id!r} asks for a snapshot of {request.table!r}, which this "
+                "pipeline does not capture"))
             return tables
         log.warning("signal %s: backfill of %s%s queued", request.id, request.table,
                     f" WHERE {request.where}" if request.where else "")

@@ -48,7 +48,8 @@ from mysqlcdc.capture.server import current_position
 from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_READ
 from mysqlcdc.envelope.textrows import fragments, object_texts
 from mysqlcdc.errors import (ConnectionLostError, MissingPrivilegeError, ProtocolError,
-                             SchemaError, SnapshotTableError, SnapshotTimeoutError)
+                             SchemaError, SnapshotRequestError, SnapshotTableError,
+                             SnapshotTimeoutError)
 from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, query
 from mysqlcdc.protocol.packet import Disconnected
 from mysqlcdc.protocol.resultset import ResultError, read_text_result
@@ -71,6 +72,7 @@ _TIMEOUT_CODES = frozenset({1969, 3024})       # MariaDB max_statement_time, MyS
 _GONE_CODES = frozenset({1146, 1049})          # no such table / database
 _CHANGED_CODES = frozenset({1054})             # a column of the select list is gone
 _PRIVILEGE_CODES = frozenset({1142, 1143, 1044})
+_FILTER_CODES = frozenset({1054, 1064, 1305, 1582, 1583, 1584})   # unknown column, syntax, function
 
 _INTEGER = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint"}
 _FLOAT = {"float"}
@@ -247,7 +249,7 @@ def probe_chunks(conn: pymysql.Connection, table: SnapshotTable, after: tuple | 
         sql = (f"SELECT {cols} FROM {_q(d.db)}.{_q(d.name)}"
                f"{_range_where(table, lo, None, False, where)} ORDER BY {order} "
                f"LIMIT 2 OFFSET {chunk_rows - 1}")
-        rows = _text_rows(conn, sql, d)
+        rows = _text_rows(conn, sql, d, where)
         if len(rows) < 2:                # at most chunk_rows rows left: the last chunk
             pieces.append(Piece(lo, None))
             done = True
@@ -260,19 +262,22 @@ def probe_chunks(conn: pymysql.Connection, table: SnapshotTable, after: tuple | 
     return pieces, done
 
 
-def _text_rows(conn, sql: str, d: TableDef) -> list[tuple]:
+def _text_rows(conn, sql: str, d: TableDef, where: str | None = None) -> list[tuple]:
     """The rows of a small query, each value the server's text (bytes)."""
     try:
         result = read_text_result(conn, sql)
     except ResultError as exc:
-        raise _table_error(d, exc.error.code, exc.error.message) from exc
+        raise _table_error(d, exc.error.code, exc.error.message, where) from exc
     except Disconnected as exc:
         raise ConnectionLostError(f"the snapshot probe of {d.db}.{d.name} lost its "
                                   f"connection ({exc})") from exc
     return list(zip(*[c.to_pylist() for c in result.columns])) if result.rows else []
 
 
-def _table_error(d: TableDef, code: int, message: str) -> Exception:
+def _table_error(d: TableDef, code: int, message: str, where: str | None = None) -> Exception:
+    if where and code in _FILTER_CODES:
+        return SnapshotRequestError(f"the server refuses the filter {where!r} on {d.db}.{d.name} "
+                                    f"({code}: {message})")
     if code in _PRIVILEGE_CODES:
         return MissingPrivilegeError(f"the capture user may not SELECT from {d.db}.{d.name} "
                                      f"for its snapshot ({code}: {message})",
@@ -476,11 +481,11 @@ def _select(task: ChunkTask, lo, hi, after_low) -> _Read | None:
                 raise _TimedOut() from exc
             if code in _GONE_CODES:
                 return None
-            if code in _CHANGED_CODES:
+            if code in _CHANGED_CODES and not task.where:
                 raise SnapshotTableError(
                     f"{d0.name}: a chunk key column of {task.table.name} is gone "
                     f"({code}: {exc.error.message})") from exc
-            raise _table_error(d0, code, exc.error.message) from exc
+            raise _table_error(d0, code, exc.error.message, task.where) from exc
         except Disconnected as exc:
             raise ConnectionLostError(f"the snapshot query on {task.table.name} lost its "
                                       f"connection ({exc})") from exc
