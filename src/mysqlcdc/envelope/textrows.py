@@ -86,7 +86,7 @@ def _strings(values: pa.Array) -> pa.Array:
     except pa.ArrowInvalid:
         valid = False
     if not valid:
-        return _per_value(values, lambda raw: _encode(raw.decode("utf-8", "surrogateescape")))
+        return _per_value(values, lambda raw: _encode(raw.decode("utf-8", "backslashreplace")))
     escaped = pc.replace_substring(values, b"\\", b"\\\\")
     escaped = pc.replace_substring(escaped, b'"', b'\\"')
     out = _quoted(escaped)

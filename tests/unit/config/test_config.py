@@ -389,6 +389,25 @@ def test_snapshot_mode_follows_start_unless_set(tmp_path: Path) -> None:
     assert "snapshot.mode initial reads the tables as they are now" in str(err)
 
 
+def test_snapshot_options_are_checked(tmp_path: Path) -> None:
+    text = FULL.replace("server_id: 5401", "server_id: 5401\n  snapshot: {mode: when_needed}")
+    assert "snapshot.mode when_needed reads the tables" in str(load_error(tmp_path, text))
+    ok = MINIMAL.replace("server_id: 5401", "server_id: 5401\n  snapshot: {mode: when_needed, "
+                         "chunk_keys: {shop.log: [day, n]}, query_timeout_s: 30, "
+                         "chunks_per_batch: 8, signal_table: ops.signals}")
+    snap = load_pipeline(write(tmp_path, ok), env=ENV).source.snapshot
+    assert (snap.mode, snap.chunk_keys, snap.signal_table) == ("when_needed", {"shop.log": ["day", "n"]},
+                                                               "ops.signals")
+    assert load_pipeline(write(tmp_path, MINIMAL), env=ENV).source.snapshot.signal_table == \
+        "mysqlcdc.mysqlcdc_signal"
+    for bad, said in (("chunk_keys: {shop.*: [a]}", "chunk_keys names exact tables"),
+                      ("chunk_keys: {shop.log: []}", "names no column"),
+                      ("signal_table: nodot", "signal_table must be db.table"),
+                      ("chunk_rows: 2000000", "chunk_rows")):
+        text = MINIMAL.replace("server_id: 5401", f"server_id: 5401\n  snapshot: {{{bad}}}")
+        assert said in str(load_error(tmp_path, text)), bad
+
+
 def test_every_sinks_server_ids_must_fit(tmp_path: Path) -> None:
     # parallelism 2, two sinks: ids server_id .. server_id+5.
     text = FULL.replace("server_id: 5401", f"server_id: {2**32 - 5}")

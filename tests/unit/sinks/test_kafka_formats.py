@@ -147,3 +147,17 @@ def test_key_change_halves_carry_each_others_key_in_headers():
     assert dict(headers(create))["__debezium.oldkey"] == b'{"id":18446744073709551615}'
     assert not any(k.startswith("__debezium") for k, _ in headers(ROW))
     assert json.loads(mysqlcdc_value(create))["moved_key"] == {"id": 18446744073709551615}
+
+
+def test_snapshot_rows_carry_debeziums_snapshot_marks():
+    from mysqlcdc.sinks.kafka.formats import snapshot_mark
+
+    for query, mark in ((None, "true"), ("snapshot", "true"),
+                        ("snapshot:last_in_table", "last_in_data_collection"),
+                        ("snapshot:last", "last"), ("backfill", "incremental"),
+                        ("backfill:last_in_table", "incremental")):
+        row = {**ROW, "op": "r", "before": None, "query": query}
+        value = json.loads(debezium_value(row, "x", 0))
+        assert value["source"]["snapshot"] == mark and value["source"]["query"] is None
+        assert snapshot_mark(row) == mark
+    assert snapshot_mark({**ROW, "op": "c", "query": "snapshot:last"}) == "false"
