@@ -79,6 +79,9 @@ def connect_sql(settings: ConnectionSettings, **kw: Any) -> pymysql.Connection:
         password=settings.password, ssl=settings.ssl, autocommit=True,
         charset="utf8mb4", connect_timeout=settings.connect_timeout,
         read_timeout=settings.read_timeout,
+        # no `ssl` means no TLS (docs/CONFIG.md); pymysql would otherwise try TLS on its
+        # own and build an SSL context, loading the system's CA bundle, per connection
+        ssl_disabled=settings.ssl is None,
     )
     params.update(kw)
     try:
