@@ -214,9 +214,9 @@ class MissingPrivilegeError(PreflightError):
 class BinlogPurgedError(PreflightError):
     code = "BINLOG_PURGED"
     hint = (
-        "The start position is no longer on the server. Set source.snapshot.mode: when_needed "
-        "to snapshot the tables again on the same checkpoint, or start a new one; keep "
-        "binlogs longer (binlog_expire_logs_seconds)."
+        "The start position is no longer on the server. Start from `earliest` (accepting the "
+        "gap), or set source.snapshot.mode: when_needed to snapshot the tables again on the "
+        "same checkpoint; keep binlogs longer (binlog_expire_logs_seconds)."
     )
 
 
