@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from mysqlcdc.capture.signals import parse_requests, read_signals, signal_folder
+from mysqlcdc.capture.signals import forget_signals, parse_requests, read_signals, signal_folder
 from mysqlcdc.capture.snapshot import (UNCHUNKED_SPAN, ChunkTask, SnapshotTable, decode_bound,
                                        encode_bound, probe_chunks, snapshot_seq,
                                        snapshot_table)
@@ -315,6 +315,8 @@ class SnapshotPhase:
         if self._signals is None:
             return None
         pos = _position(start)
+        # the start offset is logged: the signals it took are never needed again
+        forget_signals(self._signals, snap.get("signals"))
         found = read_signals(self._signals, snap.get("signals"), (pos.file_number, pos.pos, 0))
         if not found:
             return None

@@ -40,8 +40,8 @@ import pyarrow.compute as pc
 
 from mysqlcdc.types import binlog_file_number
 
-__all__ = ["SIGNAL_DDL", "SignalTap", "Signal", "read_signals", "parse_requests", "Request",
-           "signal_folder"]
+__all__ = ["SIGNAL_DDL", "SignalTap", "Signal", "read_signals", "forget_signals",
+           "parse_requests", "Request", "signal_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,18 @@ def read_signals(folder: Path, after: tuple[int, int, int] | None,
             continue
         out.append(_signal(key, image))
     return sorted(out, key=lambda s: s.key)
+
+
+def forget_signals(folder: Path, through: tuple[int, int, int] | None) -> None:
+    """Delete the files of signals up to ``through``: an offset already logged holds them."""
+    if through is None or not folder.is_dir():
+        return
+    for path in folder.glob("*.json"):
+        try:
+            if tuple(int(p) for p in path.name[:-5].split(".")) <= tuple(through):
+                path.unlink()
+        except (ValueError, OSError):
+            continue
 
 
 def _signal(key: tuple, image: dict) -> Signal:

@@ -13,7 +13,8 @@ import pytest
 
 from mysqlcdc.binlog.values.float32 import float32_value
 from mysqlcdc.capture.backfill import _canonical, _entry
-from mysqlcdc.capture.signals import Signal, SignalTap, parse_requests, read_signals
+from mysqlcdc.capture.signals import (Signal, SignalTap, forget_signals, parse_requests,
+                                      read_signals)
 from mysqlcdc.capture.snapshot import (CHUNK_SLOTS, ChunkTask, SnapshotTable, _literal,
                                        _range_where, _seqs, decode_bound, encode_bound,
                                        snapshot_seq, snapshot_table)
@@ -160,6 +161,10 @@ def test_the_tap_writes_inserted_signals_once_and_drops_them_from_the_output(tmp
     assert [(s.key, s.id, s.data) for s in found] == [((3, 90, 0), "x1", {"data-collections": ["s.a"]})]
     assert read_signals(tmp_path, [3, 90, 0], (3, 1000, 0)) == []
     assert read_signals(tmp_path, None, (3, 90, 0)) == []         # not before its batch ends
+    forget_signals(tmp_path, (3, 89, 0))
+    assert len(read_signals(tmp_path, None, (3, 1000, 0))) == 1
+    forget_signals(tmp_path, (3, 90, 0))                          # once an offset holds it
+    assert read_signals(tmp_path, None, (3, 1000, 0)) == []
 
 
 # --- offsets, keys, literals, seq --------------------------------------------------
