@@ -217,13 +217,20 @@ def own(tmp_path):
     server.stop()
 
 
-def test_when_needed_snapshots_a_purged_checkpoint_again(spark, own, tmp_path):
+def _in_process(spark, config: Path, **kw) -> None:
+    """``mysqlcdc run --until-idle`` in this process's Spark session (no second JVM)."""
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.pipeline.runner import run_pipeline
+
+    run_pipeline(load_pipeline(config), until_idle=True, spark=spark, **kw)
+
+
+def test_when_needed_snapshots_a_purged_checkpoint_again(spark, own, tmp_path, caplog):
     own.sql("CREATE TABLE shop.item (id INT PRIMARY KEY, n INT)",
             "INSERT INTO shop.item SELECT seq, seq FROM shop.seq_1_to_1000",
             "CREATE TABLE shop.old (id INT PRIMARY KEY)", "INSERT INTO shop.old VALUES (1)")
     config = _config(tmp_path, own, ["shop.*"], 7951, mode="when_needed")
-    first = _run(config, "--until-idle")
-    assert first.wait(timeout=300) == 0, _log(config)
+    _in_process(spark, config)
     # while it is stopped: changes, a DDL, and the binlog they are in purged
     own.sql("FLUSH BINARY LOGS", "DELETE FROM shop.item WHERE id <= 100",
             "UPDATE shop.item SET n = -n WHERE id > 900", "DROP TABLE shop.old",
@@ -231,16 +238,16 @@ def test_when_needed_snapshots_a_purged_checkpoint_again(spark, own, tmp_path):
             "FLUSH BINARY LOGS")
     newest = own.sql("SHOW BINARY LOGS")[-1][0]
     own.sql(f"PURGE BINARY LOGS TO '{newest}'")
-    again = _run(config, "--until-idle")
-    assert again.wait(timeout=300) == 0, _log(config)
-    assert "snapshots its tables again" in _log(config)
-    rows = [r.asDict() for r in read_changelog(spark, str(tmp_path / "changelog")).collect()]
+    _in_process(spark, config)
+    assert "snapshots its tables again" in caplog.text
+    changelog = str(tmp_path / "changelog")
+    rows = [r.asDict() for r in read_changelog(spark, changelog).collect()]
     item = [r for r in rows if r["table"] == "item"]
     assert sum(r["op"] == "r" for r in item) == 1000 + 900               # twice, all rows
     assert any(r["op"] == "t" and r["table"] == "old" for r in rows)
     assert any(r["op"] == "s" and r["table"] == "item" and "note" in (r["after"] or "")
                for r in rows)
-    read_changelog(spark, str(tmp_path / "changelog")).createOrReplaceTempView("resnap")
+    read_changelog(spark, changelog).createOrReplaceTempView("resnap")
     for table in ("item", "old"):
         current = {json.dumps(json.loads(r["row"]), sort_keys=True)
                    for r in spark.sql(current_state_sql("resnap", "shop", table)).collect()}
@@ -257,13 +264,26 @@ def test_a_server_restart_mid_snapshot_loses_nothing(spark, own, tmp_path):
     own.sql("CREATE TABLE shop.big (id INT PRIMARY KEY, v VARCHAR(40))",
             "INSERT INTO shop.big SELECT seq, CONCAT('v', seq) FROM shop.seq_1_to_20000")
     config = _config(tmp_path, own, ["shop.*"], 7961, mode="initial_only", chunk_rows=500)
-    proc = _run(config)
+    failed: list = []
+
+    def run() -> None:
+        try:
+            _in_process(spark, config)
+        except BaseException as exc:            # noqa: BLE001 - reported below
+            failed.append(exc)
+
+    runner = threading.Thread(target=run, daemon=True)
+    runner.start()
     offsets = tmp_path / "checkpoint" / "0-changelog" / "offsets"
-    _wait(lambda: offsets.is_dir() and len(list(offsets.glob("[0-9]*"))) >= 3, proc, config,
-          "three snapshot batches", timeout=300)
+    deadline = time.monotonic() + 300
+    while len(list(offsets.glob("[0-9]*"))) < 3 if offsets.is_dir() else True:
+        assert time.monotonic() < deadline and runner.is_alive(), failed
+        time.sleep(0.2)
+    at_restart = len(list(offsets.glob("[0-9]*")))
     own.restart(down_s=3)                       # chunks and planning meet the outage
-    assert proc.wait(timeout=400) == 0, _log(config)
+    runner.join(timeout=400)
+    assert not runner.is_alive() and not failed, failed
+    assert at_restart < len(list(offsets.glob("[0-9]*")))     # it went on after the restart
     keys = [json.loads(r["key"])["id"] for r in _changes(spark, tmp_path, "big")
             if r["op"] == "r"]
     assert sorted(keys) == list(range(1, 20001))          # every row, once
-    assert "unreachable" in _log(config)                  # the outage was met, and ridden out

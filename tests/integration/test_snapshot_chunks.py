@@ -126,6 +126,26 @@ def test_snapshot_values_and_keys_equal_the_binlog_images_for_every_type(mariadb
         assert row["before"] is None and row["db"] == fresh_db and row["table"] == "every"
 
 
+def test_zero_dates_are_written_as_the_binlog_decoder_writes_them(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE z (id INT PRIMARY KEY, d DATE, dt DATETIME(2), ts TIMESTAMP(3) NULL,"
+                " t TIME(1), y YEAR)", db=fresh_db)
+    start = binlog_position(mariadb)
+    conn = mariadb.connect(database=fresh_db, autocommit=True)
+    with conn.cursor() as cur:             # zero dates need a lax sql_mode in the session
+        cur.execute("SET SESSION sql_mode = ''")
+        cur.execute("INSERT INTO z VALUES (1, '0000-00-00', '0000-00-00 00:00:00', "
+                    "'0000-00-00 00:00:00', '00:00:00', 0), (2, '2024-00-10', "
+                    "'2024-02-00 10:00:00.5', '2024-02-29 23:59:59.999', '-1:00:00.5', 1999)")
+    conn.close()
+    end = binlog_position(mariadb)
+    table = _table(mariadb, fresh_db, "z")
+    streamed = _rows(read_range(RangeTask(
+        settings=_settings(mariadb), server_id=3103, start=start, end=end,
+        tables=TableFilter.exact(fresh_db, "z"), definitions={(fresh_db, "z"): table.definition})))
+    snap = _rows(_chunk(mariadb, table))
+    assert sorted(r["after"] for r in snap) == sorted(r["after"] for r in streamed)
+
+
 def test_a_table_without_primary_key_has_the_streams_key(mariadb, fresh_db):
     mariadb.sql("CREATE TABLE nk (a INT, b VARCHAR(5), f FLOAT)", db=fresh_db)
     start = binlog_position(mariadb)

@@ -310,13 +310,9 @@ def _select_expression(c: ColumnDef, mariadb: bool) -> tuple[str, str]:
     if t in _DOUBLE:
         return q, "double"
     if t in ("decimal", "numeric", "date", "datetime", "time"):
-        return f"CAST({q} AS CHAR)", "quoted"
+        return q, "quoted"                        # the text protocol's text is the value's
     if t == "timestamp":
-        fsp = c.fsp or 0
-        frac = f"'.', LEFT(DATE_FORMAT({q}, '%f'), {fsp}), " if fsp else ""
-        zero = "0000-00-00 00:00:00" + ("." + "0" * fsp if fsp else "")
-        return (f"IF({q} = 0, '{zero}', CONCAT(DATE_FORMAT({q}, '%Y-%m-%dT%H:%i:%s'), "
-                f"{frac}'Z'))"), "quoted"
+        return q, "timestamp"                     # in UTC: the session's time zone
     if t in _GEOMETRY:
         return f"LOWER(HEX({q}))", "quoted"      # the SRID-prefixed WKB as stored, as hex
     if t in _BINARY or c.charset == "binary":

@@ -13,6 +13,8 @@ the JSON fragment the binlog decoder writes for the same value (docs/ENVELOPE.md
 ``string``  UTF-8 text, quoted, ``"`` and ``\\`` escaped (a value with a control
             character is written by orjson alone);
 ``quoted``  ASCII text that only needs quotes (DECIMAL, temporal, hex, base64);
+``timestamp`` a TIMESTAMP as the server shows it in UTC (``2024-02-29 13:45:07.123``),
+            written ``"2024-02-29T13:45:07.123Z"`` (a zero one as it is);
 ``set``     comma-separated SET labels, written as a JSON array;
 ``json``    JSON text (a MySQL JSON column), parsed and written compact.
 
@@ -37,7 +39,7 @@ from mysqlcdc.envelope.columnar import _float_kernel, _join, _list_texts, make_c
 
 __all__ = ["KINDS", "fragments", "object_texts"]
 
-KINDS = ("number", "double", "float", "string", "quoted", "set", "json")
+KINDS = ("number", "double", "float", "string", "quoted", "timestamp", "set", "json")
 _QUOTE = pa.scalar(b'"', pa.binary())
 _EMPTY = pa.scalar(b"", pa.binary())
 _F32 = struct.Struct("<f")
@@ -49,6 +51,8 @@ def fragments(values: pa.Array, kind: str) -> pa.Array:
         return values
     if kind == "quoted":
         return _quoted(values)
+    if kind == "timestamp":
+        return _timestamps(values)
     if kind == "string":
         return _strings(values)
     if kind == "double":
@@ -77,20 +81,27 @@ def _quoted(values: pa.Array) -> pa.Array:
     return pc.binary_join_element_wise(_QUOTE, values, _QUOTE, _EMPTY)
 
 
+def _timestamps(values: pa.Array) -> pa.Array:
+    utc = pc.binary_join_element_wise(
+        _QUOTE, pc.replace_substring(values, b" ", b"T", max_replacements=1),
+        pa.scalar(b'Z"', pa.binary()), _EMPTY)
+    zero = pc.starts_with(values.cast(pa.string()), "0000-00-00")
+    return pc.if_else(zero.fill_null(False), _quoted(values), utc)
+
+
 def _strings(values: pa.Array) -> pa.Array:
     """Quoted and escaped; values orjson would escape otherwise (control characters)
     or that are not UTF-8 are written by the reference encoder."""
     try:
-        values.cast(pa.string())
-        valid = True
+        text = values.cast(pa.string())                  # checks the UTF-8
     except pa.ArrowInvalid:
-        valid = False
-    if not valid:
         return _per_value(values, lambda raw: _encode(raw.decode("utf-8", "backslashreplace")))
+    if not pc.any(pc.match_substring_regex(text, '["\\\\\\x00-\\x1f]')).as_py():
+        return _quoted(values)                  # nothing to escape: the common case
     escaped = pc.replace_substring(values, b"\\", b"\\\\")
     escaped = pc.replace_substring(escaped, b'"', b'\\"')
     out = _quoted(escaped)
-    control = pc.match_substring_regex(values.cast(pa.string()), "[\\x00-\\x1f]")
+    control = pc.match_substring_regex(text, "[\\x00-\\x1f]")
     if pc.any(control).as_py():
         out = _patch(out, values, control.fill_null(False),
                      lambda raw: orjson.dumps(raw.decode("utf-8")))

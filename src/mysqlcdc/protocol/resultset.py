@@ -110,13 +110,19 @@ def _rows(conn, channel: PacketChannel) -> tuple[bytearray, np.ndarray]:
     starts: list[int] = []
     note = starts.append
     at = 0
+    unpack = _U32
     while True:
         size = len(data)
-        while size - at >= 4:
-            length = _U32(data, at)[0] & MAX_PACKET
+        last = size - 4
+        while at <= last:
+            length = unpack(data, at)[0] & MAX_PACKET
             end = at + 4 + length
             if end > size:
                 break
+            if 0 < length < MAX_PACKET and data[at + 4] < _EOF:     # a row: the hot path
+                note(at + 4)
+                at = end
+                continue
             head = data[at + 4] if length else -1
             if head == _EOF and length < 9:
                 if end != size:
@@ -130,9 +136,9 @@ def _rows(conn, channel: PacketChannel) -> tuple[bytearray, np.ndarray]:
                 if joined is None:
                     break
                 note(at + 12)
-                at, size = joined, len(data)
+                at, size, last = joined, len(data), len(data) - 4
                 continue
-            note(at + 4)
+            note(at + 4)                      # 0xFE as a row's first byte: a long value
             at = end
         try:
             more = rfile.read1(_READ)

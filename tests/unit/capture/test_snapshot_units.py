@@ -77,6 +77,9 @@ def test_sets_numbers_quoted_and_json():
     assert _texts(fragments(_bin(["-12", "18446744073709551615"]), "number")) == [
         "-12", "18446744073709551615"]
     assert _texts(fragments(_bin(["2024-02-29", None]), "quoted")) == ['"2024-02-29"', None]
+    assert _texts(fragments(_bin(["2024-02-29 13:45:07.12", "0000-00-00 00:00:00", None]),
+                            "timestamp")) == ['"2024-02-29T13:45:07.12Z"', '"0000-00-00 00:00:00"',
+                                              None]
     assert _texts(fragments(_bin(['{"b": [1, 2.5], "a": null}']), "json")) == [
         '{"b":[1,2.5],"a":null}']
     with pytest.raises(ValueError):
