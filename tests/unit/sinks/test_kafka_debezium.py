@@ -310,6 +310,17 @@ def test_schema_change_events_group_a_statement_per_database():
     assert [json.loads(v)["op"] for _, v in ours] == ["s", "s", "s"]
 
 
+def test_a_rename_is_one_alter_naming_both_tables():
+    renamed = TableDef("shop", "t2", T.columns)
+    rows = [_s("t", T, None, 700, "RENAME TABLE t TO t2"),
+            _s("t2", T, renamed, 700, "RENAME TABLE t TO t2")]
+    [(_, value)] = schema_change_messages(rows, format="debezium", prefix="p", schemas=False,
+                                          now_ms=0, envelope_value=mysqlcdc_value)
+    [change] = json.loads(value)["tableChanges"]
+    assert (change["type"], change["id"]) == ("ALTER", '"shop"."t","shop"."t2"')
+    assert json.loads(value)["source"]["table"] == "t,t2"
+
+
 def test_transaction_orders_count_per_transaction_and_per_table():
     ops = ["c", "u", "s", "d", "c", "r", "c"]
     txns = ["a", "a", "a", "a", "b", "snap", "b"]

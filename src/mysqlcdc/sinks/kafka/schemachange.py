@@ -6,8 +6,9 @@ table the DDL changed, are grouped as Debezium groups a statement's changes), ke
 "ddl", "tableChanges"}``. Each table change is ``CREATE`` (no definition before),
 ``DROP`` (none after, the table is the old definition) or ``ALTER``, with the table
 as Debezium describes it (``defaultCharsetName``, ``primaryKeyColumnNames``,
-``columns`` with JDBC type codes). A rename is the two records the envelope holds:
-a ``DROP`` of the old name and a ``CREATE`` of the new one.
+``columns`` with JDBC type codes). A rename is one ``ALTER`` whose id names both tables,
+``"db"."old","db"."new"``, as Debezium writes it (the envelope's two records of a
+rename, the old name's and the new name's, are folded into it).
 
 In the ``mysqlcdc`` format the value is the ``s`` record itself (the envelope as JSON).
 """
@@ -73,13 +74,41 @@ def table_json(definition: TableDef) -> dict:
     }
 
 
+def _definitions(row: Row) -> tuple[TableDef | None, TableDef | None]:
+    return tuple(None if row[k] is None else TableDef.from_json(json.loads(row[k]))
+                 for k in ("before", "after"))
+
+
+def _ident(db: str, table: str) -> str:
+    return f'"{db}"."{table}"'
+
+
 def _table_change(row: Row) -> dict:
-    before = None if row["before"] is None else TableDef.from_json(json.loads(row["before"]))
-    after = None if row["after"] is None else TableDef.from_json(json.loads(row["after"]))
+    before, after = _definitions(row)
     kind = "CREATE" if before is None else "DROP" if after is None else "ALTER"
+    ident = _ident(row["db"], row["table"])
+    if before is not None and after is not None and (before.db, before.name) != (after.db, after.name):
+        ident = f"{_ident(before.db, before.name)},{ident}"      # a rename: "old","new"
     table = after if after is not None else before
-    return {"type": kind, "id": f'"{row["db"]}"."{row["table"]}"',
-            "table": None if table is None else table_json(table)}
+    return {"type": kind, "id": ident, "table": None if table is None else table_json(table)}
+
+
+def _table_changes(group: list[Row]) -> tuple[list[dict], list[str]]:
+    """The statement's changes and the tables they name; a rename is one ALTER (the old
+    name's own record, a drop, is folded into it) naming the old table, then the new."""
+    renamed: dict[tuple[str, str], str] = {}
+    for row in group:
+        before, after = _definitions(row)
+        if before is not None and after is not None and before.name != after.name:
+            renamed[(before.db, before.name)] = row["table"]
+    changes, names = [], []
+    for row in group:
+        if row["after"] is None and (row["db"], row["table"]) in renamed:
+            continue
+        changes.append(_table_change(row))
+        old = next((o for (d, o), new in renamed.items() if new == row["table"]), None)
+        names += [old, row["table"]] if old is not None else [row["table"]]
+    return changes, names
 
 
 def _groups(rows: Iterable[Row]) -> list[list[Row]]:
@@ -97,12 +126,13 @@ def _key(db: str, schemas: bool) -> bytes:
 
 def _debezium_value(group: list[Row], prefix: str, now_ms: int, schemas: bool) -> bytes:
     first = group[0]
-    tables = ",".join(dict.fromkeys(r["table"] for r in group))
+    changes, names = _table_changes(group)
+    tables = ",".join(dict.fromkeys(names))
     payload = (
         f'{{"source":{source_json(first, prefix, tables)},"ts_ms":{now_ms},'
         f'"databaseName":{json.dumps(first["db"])},"schemaName":null,'
         f'"ddl":{json.dumps(first.get("query"))},'
-        f'"tableChanges":{orjson.dumps([_table_change(r) for r in group]).decode()}}}'
+        f'"tableChanges":{orjson.dumps(changes).decode()}}}'
     )
     return (f'{{"schema":{_VALUE_SCHEMA},"payload":{payload}}}' if schemas else payload).encode()
 
