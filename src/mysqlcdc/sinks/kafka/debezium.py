@@ -7,9 +7,10 @@ MySQL's envelope ``{"before", "after", "source", "transaction", "op", "ts_ms",
 (:mod:`.typemap`, under the four modes of the settings).
 
 Per table definition a :class:`TableCodec` is built once: the key and envelope
-schemas serialised to text, and the converters of the columns whose envelope value
-is not already Debezium's. A row image is parsed only when its table has such a
-column; otherwise the envelope's JSON text is embedded as it is.
+schemas serialised once, and the converters of the columns whose envelope value is
+not already Debezium's. A row image is parsed only when its table has such a column;
+otherwise the envelope's JSON text is embedded as it is (``orjson.Fragment``), and
+each message is one ``orjson.dumps`` call around the pre-serialised parts.
 
 Definitions come from the schema history the source keeps for the sink's query
 (``<checkpoint>/mysqlcdc-schema``), in force at each row's position.
@@ -17,10 +18,10 @@ Definitions come from the schema history the source keeps for the sink's query
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping, Protocol
 
 import orjson
+from orjson import Fragment
 
 from mysqlcdc.errors import SchemaError
 from mysqlcdc.schema.model import TableDef
@@ -28,7 +29,7 @@ from mysqlcdc.sinks.kafka.connect import SOURCE, TRANSACTION_BLOCK, member, sche
 from mysqlcdc.sinks.kafka.typemap import Modes, column_codec
 
 __all__ = ["DebeziumEncoder", "TableCodec", "Definitions", "KafkaSchemaUnknownError",
-           "source_json", "TXN_ORDER", "TXN_TABLE_ORDER", "VERSION"]
+           "source_block", "source_json", "TXN_ORDER", "TXN_TABLE_ORDER", "VERSION"]
 
 Row = Mapping[str, Any]
 
@@ -55,24 +56,22 @@ class Definitions(Protocol):
     def at(self, db: str, table: str, file: str, pos: int) -> TableDef | None: ...
 
 
-def _j(value: Any) -> str:
-    return "null" if value is None else json.dumps(value)
+def source_block(row: Row, name: str, table: str | None = None) -> dict:
+    """Debezium MySQL's ``source`` block for ``row`` (plus ``seq``, the envelope's order)."""
+    ts = row["ts_ms"]
+    return {
+        "version": VERSION, "connector": "mysql", "name": name, "ts_ms": ts,
+        "snapshot": "true" if row["op"] == "r" else "false", "db": row["db"], "sequence": None,
+        "ts_us": None if ts is None else ts * 1000,
+        "ts_ns": None if ts is None else ts * 1_000_000,
+        "table": row["table"] if table is None else table, "server_id": row["server_id"],
+        "gtid": row["gtid"], "file": row["file"], "pos": row["pos"], "row": row["row"],
+        "thread": None, "query": row.get("query"), "seq": str(row["seq"]),
+    }
 
 
 def source_json(row: Row, name: str, table: str | None = None) -> str:
-    """Debezium MySQL's ``source`` block for ``row`` (plus ``seq``, the envelope's order)."""
-    ts = row["ts_ms"]
-    snapshot = "true" if row["op"] == "r" else "false"
-    return (
-        f'{{"version":{_j(VERSION)},"connector":"mysql","name":{_j(name)},"ts_ms":{_j(ts)},'
-        f'"snapshot":"{snapshot}","db":{_j(row["db"])},"sequence":null,'
-        f'"ts_us":{_j(None if ts is None else ts * 1000)},'
-        f'"ts_ns":{_j(None if ts is None else ts * 1_000_000)},'
-        f'"table":{_j(row["table"] if table is None else table)},'
-        f'"server_id":{_j(row["server_id"])},"gtid":{_j(row["gtid"])},"file":{_j(row["file"])},'
-        f'"pos":{_j(row["pos"])},"row":{_j(row["row"])},"thread":null,'
-        f'"query":{_j(row.get("query"))},"seq":"{row["seq"]}"}}'
-    )
+    return orjson.dumps(source_block(row, name, table)).decode()
 
 
 class TableCodec:
@@ -99,26 +98,27 @@ class TableCodec:
         self._convert = [(n, c.convert) for n, c in codecs.items() if c.convert is not None]
         self._key_convert = [(n, f) for n, f in self._convert if n in set(keys)]
 
-    def image(self, text: str | None) -> str:
-        """A row image (envelope JSON text) with Debezium's values, as JSON text."""
+    def image(self, text: str | None) -> Fragment | None:
+        """A row image (envelope JSON text) with Debezium's values, as embeddable JSON."""
         return _converted(text, self._convert, self.columns)
 
-    def key(self, text: str | None) -> str:
+    def key(self, text: str | None) -> Fragment | None:
         return _converted(text, self._key_convert, self.columns)
 
 
-def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value)
 
 
 def _converted(text: str | None, converters: list[tuple[str, Callable]],
-               columns: frozenset[str]) -> str:
+               columns: frozenset[str]) -> Fragment | None:
     if text is None:
-        return "null"
+        return None
     if not converters:
-        return text
+        return Fragment(text)            # embedded as it is: no parse, no re-encode
     image = orjson.loads(text)
-    unknown = image.keys() - columns
+    # an image decoded with this definition has its columns (fewer in MINIMAL images)
+    unknown = () if len(image) == len(columns) else image.keys() - columns
     if unknown:
         raise KafkaSchemaUnknownError(f"columns {sorted(unknown)} are not in the table "
                                       "definition the schema history holds for this row")
@@ -126,7 +126,7 @@ def _converted(text: str | None, converters: list[tuple[str, Callable]],
         value = image.get(name)
         if value is not None:
             image[name] = convert(value)
-    return orjson.dumps(image).decode()
+    return Fragment(orjson.dumps(image))
 
 
 class DebeziumEncoder:
@@ -160,10 +160,10 @@ class DebeziumEncoder:
                                                      self.modes)
         return codec
 
-    def _wrap(self, schema_text: str, payload: str) -> bytes:
+    def _wrap(self, schema: bytes, payload: Any) -> bytes:
         if self.schemas:
-            return f'{{"schema":{schema_text},"payload":{payload}}}'.encode()
-        return payload.encode()
+            return orjson.dumps({"schema": Fragment(schema), "payload": payload})
+        return orjson.dumps(payload)
 
     def key(self, row: Row) -> bytes | None:
         if row["key"] is None:
@@ -173,24 +173,22 @@ class DebeziumEncoder:
 
     def moved_key(self, row: Row) -> bytes:
         """The other half's key for the ``__debezium.newkey``/``oldkey`` header (payload)."""
-        return self.codec(row).key(row["moved_key"]).encode()
+        return orjson.dumps(self.codec(row).key(row["moved_key"]))
 
     def value(self, row: Row, now_ns: int) -> bytes:
         codec = self.codec(row)
-        payload = (
-            f'{{"before":{codec.image(row["before"])},"after":{codec.image(row["after"])},'
-            f'"source":{source_json(row, self.prefix)},"transaction":{_transaction(row)},'
-            f'"op":"{row["op"]}","ts_ms":{now_ns // 1_000_000},"ts_us":{now_ns // 1000},'
-            f'"ts_ns":{now_ns}}}'
-        )
-        return self._wrap(codec.envelope_schema, payload)
+        return self._wrap(codec.envelope_schema, {
+            "before": codec.image(row["before"]), "after": codec.image(row["after"]),
+            "source": source_block(row, self.prefix), "transaction": _transaction(row),
+            "op": row["op"], "ts_ms": now_ns // 1_000_000, "ts_us": now_ns // 1000,
+            "ts_ns": now_ns})
 
 
-def _transaction(row: Row) -> str:
+def _transaction(row: Row) -> dict | None:
     """``{id, total_order, data_collection_order}`` when the orders were computed (the
     transaction topic is on), else null; snapshot reads belong to no transaction."""
     total = row.get(TXN_ORDER)
     if total is None or row["op"] == "r":
-        return "null"
-    return (f'{{"id":{_j(row["txn_id"])},"total_order":{total},'
-            f'"data_collection_order":{row[TXN_TABLE_ORDER]}}}')
+        return None
+    return {"id": row["txn_id"], "total_order": total,
+            "data_collection_order": row[TXN_TABLE_ORDER]}

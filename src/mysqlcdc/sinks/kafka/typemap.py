@@ -139,25 +139,43 @@ def _zero(col: ColumnDef, epoch: Any) -> Any:
     return None if col.nullable else epoch
 
 
+_DAYS: dict[str, int | None] = {}      # a table rarely holds more than a few thousand days
+
+
 def _epoch_day(text: str) -> int | None:
-    """``YYYY-MM-DD`` -> days since 1970-01-01; None for zero or invalid dates."""
+    """``YYYY-MM-DD`` (what follows is ignored) -> days since 1970-01-01; None for zero or
+    invalid dates. Memoised per date."""
+    day = text[:10]
     try:
-        return date(int(text[0:4]), int(text[5:7]), int(text[8:10])).toordinal() - _EPOCH_ORDINAL
+        return _DAYS[day]
+    except KeyError:
+        pass
+    if len(_DAYS) > 100_000:
+        _DAYS.clear()
+    try:
+        found = date(int(day[0:4]), int(day[5:7]), int(day[8:10])).toordinal() - _EPOCH_ORDINAL
     except ValueError:
-        return None
+        found = None
+    _DAYS[day] = found
+    return found
 
 
 def _micros_of_day(text: str) -> int:
     """``HH:MM:SS[.f]`` (hours may exceed 24) -> microseconds."""
     hms, _, frac = text.partition(".")
     h, m, s = hms.split(":")
-    return ((int(h) * 60 + int(m)) * 60 + int(s)) * 1_000_000 + int((frac + "000000")[:6])
+    us = ((int(h) * 60 + int(m)) * 60 + int(s)) * 1_000_000
+    return us + int(frac.ljust(6, "0")) if frac else us
 
 
 def _datetime_micros(text: str) -> int | None:
     """``YYYY-MM-DD HH:MM:SS[.f]`` read as UTC -> microseconds since the epoch."""
     days = _epoch_day(text)
-    return None if days is None else days * 86_400_000_000 + _micros_of_day(text[11:])
+    if days is None:
+        return None
+    seconds = days * 86_400 + int(text[11:13]) * 3600 + int(text[14:16]) * 60 + int(text[17:19])
+    frac = text[20:]
+    return seconds * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
 
 
 def _date(col: ColumnDef, modes: Modes):
