@@ -259,6 +259,26 @@ def test_a_row_without_a_definition_is_a_named_error():
                         definitions=Defs(other)).value(ROW, 0)
 
 
+def test_the_named_error_survives_spark_s_text():
+    from mysqlcdc.errors import from_text
+
+    text = ("py4j...\nmysqlcdc.errors.KafkaSchemaUnknownError: [KAFKA_SCHEMA_UNKNOWN] no "
+            "definition of shop.t\n  hint: run it through mysqlcdc run")
+    err = from_text(text)
+    assert isinstance(err, KafkaSchemaUnknownError) and err.code == "KAFKA_SCHEMA_UNKNOWN"
+
+
+def test_the_debezium_format_needs_the_schema_history_folder(tmp_path):
+    from mysqlcdc.errors import ConfigError
+    from mysqlcdc.sinks.kafka.writer import KafkaDataSource
+
+    options = {"kafka.bootstrap.servers": "b:1", "format": "debezium",
+               "checkpointLocation": str(tmp_path)}
+    with pytest.raises(ConfigError, match="schemaHistory"):
+        KafkaDataSource(options).streamWriter(None, False)
+    assert KafkaDataSource({**options, "schemaHistory": str(tmp_path)}).streamWriter(None, False)
+
+
 def test_tables_without_conversions_embed_the_envelope_text():
     plain = TableDef("shop", "t", (ColumnDef("id", "int", is_primary_key=True),
                                    ColumnDef("v", "varchar")))

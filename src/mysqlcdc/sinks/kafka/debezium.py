@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Protocol
 import orjson
 from orjson import Fragment
 
-from mysqlcdc.errors import SchemaError
+from mysqlcdc.errors import KafkaSchemaUnknownError
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.sinks.kafka.connect import SOURCE, TRANSACTION_BLOCK, member, schema, struct
 from mysqlcdc.sinks.kafka.typemap import Modes, column_codec
@@ -43,13 +43,6 @@ try:
     VERSION = _version("mysqlcdc")
 except Exception:  # pragma: no cover - running from a source tree without metadata
     VERSION = "0"
-
-
-class KafkaSchemaUnknownError(SchemaError):
-    code = "KAFKA_SCHEMA_UNKNOWN"
-    hint = ("The kafka sink reads table definitions from the source's schema history: run it "
-            "through `mysqlcdc run` (or give the source's schemaHistory folder to "
-            "KafkaSettings.history_dir); the batch is replayed when the pipeline runs again.")
 
 
 class Definitions(Protocol):
