@@ -117,8 +117,8 @@ def resume_position(cfg: PipelineConfig) -> BinlogPosition | None:
     found = checkpointed_position(cfg)
     if found is not None:
         return found
-    start = str(cfg.source.start)
-    return None if start in ("earliest", "latest") else BinlogPosition.parse(start)
+    start = cfg.source.start
+    return start if isinstance(start, BinlogPosition) else None   # others: resolved later
 
 
 def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> None:
