@@ -32,7 +32,8 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   ├── GtidPositionError           a GTID set has no single position on this server
     │   ├── SeekError                   a seek cannot be done as asked
     │   │   └── SeekNotConfirmedError   a seek that skips or replays, not confirmed as such
-    │   ├── ServerBinaryMissingError    the demo's throwaway server cannot be started
+    │   ├── ServerBinaryMissingError    the demo's throwaway server is not installed
+    │   ├── LocalServerError            the demo's throwaway server did not start
     │   ├── UnauthorizedError           an API request without the instance's bearer token
     │   ├── MirrorTableStoppedError     a change a mirror target cannot apply (that table stops)
     │   └── MirrorAuthError             a mirror target refused the credentials
@@ -81,6 +82,7 @@ __all__ = [
     "SeekError",
     "SeekNotConfirmedError",
     "ServerBinaryMissingError",
+    "LocalServerError",
     "UnauthorizedError",
     "from_text",
 ]
@@ -375,6 +377,12 @@ class ServerBinaryMissingError(TerminalError):
     code = "SERVER_BINARY_MISSING"
     hint = ("Install the MariaDB server (apt-get install mariadb-server) or point the demo at "
             "a server you have: mysqlcdc demo --mysql mysql://user:password@host:3306")
+
+
+class LocalServerError(TerminalError):
+    code = "LOCAL_SERVER_FAILED"
+    hint = ("Read the server's error log named in the message, or point the demo at a server "
+            "you have: mysqlcdc demo --mysql mysql://user:password@host:3306")
 
 
 class UnauthorizedError(TerminalError):

@@ -14,6 +14,8 @@ decode ``[start, end)``, which re-reads to exactly the same rows on replay.
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -34,9 +36,11 @@ from pyspark.sql.streaming.datasource import (
 from mysqlcdc.capture.control import SeekRequest, StreamControl
 from mysqlcdc.capture.planner import RangePlanner
 from mysqlcdc.capture.positions import PositionFinder, resolve_start
+from mysqlcdc.capture.server import list_binlogs
 from mysqlcdc.capture.snapshot import ChunkTask, read_chunk
 from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.envelope.model import ENVELOPE_DDL
+from mysqlcdc.errors import SourceChangedError
 from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol import retry
 from mysqlcdc.spark.batches import finish_batches
@@ -44,6 +48,8 @@ from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["MysqlcdcDataSource"]
+
+log = logging.getLogger(__name__)
 
 
 def _offset(position: BinlogPosition, gtid: str | None = None, ts: int | None = None,
@@ -121,6 +127,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         folder = options.schema_history
         self._control = None if folder is None else StreamControl(folder)
         self._counts = None if folder is None else str(Path(folder) / "counts")
+        self._runway_at = float("-inf")
 
     @property
     def planner(self) -> RangePlanner:
@@ -184,6 +191,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start                       # snapshot done; nothing is streamed
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         begin = _position(start)
+        self._note_next_file(begin)
         end = self._through_outages(lambda p: p.next_end(begin, max_events, self._target))
         if end == begin:
             return start
@@ -201,6 +209,28 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             gtid = str(self._finder(p).gtid_at(begin))
         gtid = str(GtidSet.parse(gtid).add_all(scan.gtids))
         return _offset(end, gtid, scan.last_ts or start.get("ts"), int(start.get("epoch", 0)))
+
+    def _note_next_file(self, begin: BinlogPosition) -> None:
+        """Record (in source.json) when the binlog file after ``begin``'s was created: the
+        server purges ``begin``'s file its expiry after that, which is what the binlog
+        runway metric counts down. At most every 30 s; never fails the query."""
+        now = time.monotonic()
+        if self.options.schema_history is None or now - self._runway_at < 30:
+            return
+        self._runway_at = now
+
+        def note(p: RangePlanner) -> None:
+            names = [name for name, _ in list_binlogs(p._sql())]
+            if begin.file in names and names[-1] != begin.file:
+                after = names[names.index(begin.file) + 1]
+                if after not in p._load_record().get("files", {}):
+                    p._check_file(after, self._finder(p).head(after).born)
+        try:
+            note(self.planner)
+        except SourceChangedError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - a metric's input; the next try may work
+            log.debug("binlog runway: %s", exc)
 
     def _seek_batch(self, start: dict, seek: SeekRequest) -> dict:
         """A micro-batch that reads nothing and ends at the seek's position. A seek
