@@ -9,7 +9,8 @@ the pipeline's source, 422 a config that does not validate (its problems as the 
 
 With a token (``mysqlcdc serve`` requires one when it listens beyond 127.0.0.1) every
 path but ``/healthz`` needs ``Authorization: Bearer <token>``; a browser gets a form at
-``/`` that keeps the token in an HttpOnly cookie. The token is never logged or echoed.
+``/`` that keeps a digest of the token in an HttpOnly cookie. The token is never logged
+or echoed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import hmac
 import threading
 from typing import Literal, Optional
 
+from fastapi import Request
 from pydantic import BaseModel, Field
 
 from mysqlcdc.api.service import PipelineConflictError, PipelineService, UnknownPipelineError
@@ -61,15 +63,23 @@ def _status(err: MysqlcdcError) -> int:
     return 503 if err.transient else 400
 
 
+def _cookie_value(token: str) -> str:
+    """What the dashboard's cookie holds: a digest of the token, never the token."""
+    import hashlib
+
+    return hashlib.sha256(f"mysqlcdc-dashboard:{token}".encode()).hexdigest()
+
+
 def _authorized(request, token: str) -> bool:
     header = request.headers.get("authorization", "")
-    given = header[7:].strip() if header.lower().startswith("bearer ") else \
-        request.cookies.get(_COOKIE, "")
-    return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+    if header.lower().startswith("bearer "):
+        return hmac.compare_digest(header[7:].strip().encode(), token.encode())
+    cookie = request.cookies.get(_COOKIE, "")
+    return bool(cookie) and hmac.compare_digest(cookie.encode(), _cookie_value(token).encode())
 
 
 def create_app(service: PipelineService, token: str | None = None):
-    from fastapi import Body, FastAPI, Request
+    from fastapi import Body, FastAPI
     from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
 
     from mysqlcdc.api.dashboard import render_dashboard, render_login
@@ -110,7 +120,7 @@ def create_app(service: PipelineService, token: str | None = None):
         if token is None or not hmac.compare_digest(given.encode(), token.encode()):
             return HTMLResponse(render_login(failed=True), status_code=401)
         response = RedirectResponse("./", status_code=303)
-        response.set_cookie(_COOKIE, given, httponly=True, samesite="strict")
+        response.set_cookie(_COOKIE, _cookie_value(token), httponly=True, samesite="strict")
         return response
 
     @app.get("/healthz", summary="Liveness")
