@@ -225,26 +225,6 @@ def _seek_both_ways(http, service, mariadb, b: str, start: str, folder: Path) ->
     assert 300 in ids and not ids & set(range(200, 205))
 
 
-def test_serve_port_in_use_is_one_line(tmp_path):
-    import socket
-
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", "serve", "--config-dir",
-                               str(tmp_path), "--port", str(port)],
-                              capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert "cannot listen on" in done.stderr and "Traceback" not in done.stderr + done.stdout
-    unreachable = subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", "status", "--url",
-                                  f"http://127.0.0.1:{free_port()}"],
-                                 capture_output=True, text=True, timeout=60)
-    assert unreachable.returncode == 2 and "SERVE_UNREACHABLE" in unreachable.stderr
-    assert "Traceback" not in unreachable.stderr
-
-
-
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--hide-scrollbars"]

@@ -43,7 +43,7 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
 
     bridge = logging.getLogger("py4j")
     if bridge.level == logging.NOTSET or bridge.level < logging.INFO:
-        bridge.setLevel(logging.INFO)
+        bridge.setLevel(max(logging.INFO, logging.getLogger().getEffectiveLevel()))
     register(spark)
     return spark
 
