@@ -348,3 +348,37 @@ def test_api_token_required_and_no_secret_shown(served, mariadb, tmp_path, monke
     for secret in (TOKEN, SOURCE_PASSWORD):
         assert not any(secret in s for s in seen), secret
         assert secret not in caplog.text and secret not in out + err, secret
+
+
+def test_heartbeats_move_an_idle_pipeline_and_the_runway_warns(served, mariadb, tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="mysqlcdc.runway")
+    service, url = served
+    d = _db(mariadb, "serve_hb")
+    text = _yaml("hb", mariadb, d, str(binlog_position(mariadb)), 6701).replace(
+        "  reconnect:", f"  heartbeat: {{interval_s: 0.5, table: {d}.heartbeat}}\n"
+        "  runway_warning: 2d\n  reconnect:")
+    mariadb.sql("SET GLOBAL binlog_expire_logs_seconds = 86400")
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            assert http.post("/pipelines", content=text).status_code == 201
+            first = _wait(lambda: http.get("/pipelines/hb").json()["position"], what="position")
+            # nothing is written to the captured tables; the heartbeats move the pipeline
+            moved = _wait(lambda: (p := http.get("/pipelines/hb").json())["position"] != first
+                          and (p["heartbeats"] or 0) >= 3 and p["lag_seconds"] is not None
+                          and p["lag_seconds"] < 5 and p, what="heartbeats")
+            assert moved["rows_total"] == 0               # the heartbeat table is not captured
+            beats = mariadb.sql(f"SELECT beats FROM `{d}`.heartbeat WHERE pipeline = 'hb'")
+            assert beats and beats[0][0] >= 3
+            warned = _wait(lambda: (p := http.get("/pipelines/hb").json())["runway_warning"]
+                           and p, what="the runway warning")
+            assert 0 < warned["binlog_runway_s"] <= 86400
+            metrics = http.get("/metrics").text
+            assert 'mysqlcdc_binlog_runway_warning{pipeline="hb"} 1.0' in metrics
+            assert 'mysqlcdc_heartbeats_total{pipeline="hb"}' in metrics
+            assert "binlog runway" in caplog.text and "hb" in caplog.text
+            assert caplog.text.count("binlog runway") == 1        # one line, not one per check
+            assert http.delete("/pipelines/hb").status_code == 204
+    finally:
+        mariadb.sql("SET GLOBAL binlog_expire_logs_seconds = 0")

@@ -67,10 +67,7 @@ class Heartbeat(threading.Thread):
         try:
             conn = self._connection()
             if not self._ready:
-                query(conn, f"CREATE DATABASE IF NOT EXISTS `{self.db}`")
-                query(conn, f"CREATE TABLE IF NOT EXISTS `{self.db}`.`{self.table}` ("
-                      "pipeline VARCHAR(64) PRIMARY KEY, ts TIMESTAMP(6) NOT NULL, "
-                      "beats BIGINT NOT NULL)")
+                self._create(conn)
                 self._ready = True
             query(conn, f"INSERT INTO `{self.db}`.`{self.table}` VALUES "
                   f"({conn.escape(self.pipeline)}, NOW(6), 1) "
@@ -90,6 +87,21 @@ class Heartbeat(threading.Thread):
         self.beats += 1
         self.last_ok, self.last_error = time.time(), None
         return True
+
+    def _create(self, conn) -> None:
+        """The table, when missing, by a plain CREATE TABLE: a schema history bootstrapped
+        from an older position knows such a table did not exist before it (a CREATE ...
+        IF NOT EXISTS could have replaced one, and would make that bootstrap refuse)."""
+        found = query(conn, "SELECT COUNT(*) FROM information_schema.tables WHERE "
+                            f"table_schema = {conn.escape(self.db)} AND "
+                            f"table_name = {conn.escape(self.table)}")
+        if found[0][0]:
+            return
+        if not query(conn, "SELECT 1 FROM information_schema.schemata WHERE schema_name = "
+                           f"{conn.escape(self.db)}"):
+            query(conn, f"CREATE DATABASE `{self.db}`")
+        query(conn, f"CREATE TABLE `{self.db}`.`{self.table}` (pipeline VARCHAR(64) PRIMARY "
+                    "KEY, ts TIMESTAMP(6) NOT NULL, beats BIGINT NOT NULL)")
 
     def _connection(self):
         if self._conn is None:
