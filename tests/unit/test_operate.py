@@ -120,3 +120,19 @@ def test_start_forms_in_the_config():
     from mysqlcdc.pipeline.runner import source_options
 
     assert "mysqlcdc.mysqlcdc_heartbeat" in source_options(cfg)["exclude"]
+
+
+def test_sink_counters_add_up_over_processes(tmp_path, monkeypatch):
+    import json
+
+    from mysqlcdc import stats
+
+    monkeypatch.setenv(stats.ENV, str(tmp_path))
+    before = stats.totals().get(("sink_retries", "p-unit", "kafka"), 0)
+    stats.count("sink_retries", "p-unit", "kafka")
+    stats.count("sink_retries", "p-unit", "kafka")
+    (tmp_path / "executor-1.json").write_text(json.dumps([["sink_retries", "p-unit", "kafka", 5],
+                                                          ["sink_errors", "p-unit", "kafka", 1]]))
+    totals = stats.totals()
+    assert totals[("sink_retries", "p-unit", "kafka")] == before + 2 + 5
+    assert totals[("sink_errors", "p-unit", "kafka")] == 1

@@ -44,9 +44,11 @@ BIN_DIR_ENV = "MYSQLCDC_SERVER_BIN"
 
 
 def _last_line(text: str) -> str:
+    """The line that says why: the first ERROR that is not the closing "Aborting"."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    errors = [line for line in lines if "ERROR" in line.upper()]
-    return (errors or lines or ["no output"])[-1][:300]
+    errors = [line for line in lines if "ERROR" in line.upper()
+              and not line.rstrip().endswith("Aborting")]
+    return (errors[:1] or lines[-1:] or ["no output"])[0][:300]
 
 
 def find_binary(name: str) -> str:
