@@ -69,13 +69,16 @@ def main() -> None:
                                   "--config-dir", str(folder), "--port", str(port)],
                                  stdout=subprocess.DEVNULL, stderr=open(work / "serve.log", "w"))
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 300
+        while True:
             try:
                 if all(p["state"] == "running" for p in _get(f"{url}/pipelines")):
                     break
             except OSError:
                 pass
+            if serve.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("serve did not come up:\n"
+                                 + (work / "serve.log").read_text()[-3000:])
             time.sleep(1)
         began, n, paused = time.monotonic(), 0, False
         while (elapsed := time.monotonic() - began) < opts.minutes * 60:

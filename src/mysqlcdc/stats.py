@@ -19,7 +19,7 @@ import threading
 import uuid
 from pathlib import Path
 
-__all__ = ["count", "totals", "ENV"]
+__all__ = ["count", "totals", "ENV", "save_process_file", "process_files"]
 
 ENV = "MYSQLCDC_STATS_DIR"
 _PROCESS = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -35,14 +35,31 @@ def count(kind: str, pipeline: str, sink: str, n: int = 1) -> None:
         data = [[*k, v] for k, v in sorted(_COUNTS.items())]
     folder = os.environ.get(ENV)
     if folder:
+        save_process_file(folder, data)
+
+
+def save_process_file(folder: str | os.PathLike, data: object) -> None:
+    """This process's totals as ``<folder>/<host>-<pid>-<id>.json``, replaced whole (best
+    effort: a folder this process cannot write to loses the numbers, never the data)."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        path = Path(folder) / f"{_PROCESS}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def process_files(folder: str | os.PathLike, *, skip_own: bool = False):
+    """The parsed content of every process's file in ``folder``."""
+    for path in Path(folder).glob("*.json"):
+        if skip_own and path.stem == _PROCESS:
+            continue
         try:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            path = Path(folder) / f"{_PROCESS}.json"
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, path)
-        except OSError:
-            pass
+            yield json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
 
 
 def totals() -> dict[tuple[str, str, str], int]:
@@ -52,13 +69,7 @@ def totals() -> dict[tuple[str, str, str], int]:
     folder = os.environ.get(ENV)
     if not folder:
         return out
-    for path in Path(folder).glob("*.json"):
-        if path.stem == _PROCESS:
-            continue
-        try:
-            rows = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+    for rows in process_files(folder, skip_own=True):
         for kind, pipeline, sink, n in rows:
             key = (kind, pipeline, sink)
             out[key] = out.get(key, 0) + int(n)

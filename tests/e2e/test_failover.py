@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-from mysqlcdc.config.loader import load_pipeline_from_dict
+import yaml
+
+from mysqlcdc.api import PipelineService
+from mysqlcdc.config.loader import load_pipeline, load_pipeline_from_dict
 from mysqlcdc.errors import SourceChangedError
-from mysqlcdc.pipeline.failover import follow_failover
 from mysqlcdc.pipeline.runner import run_pipeline
 from mysqlcdc.types import SEQ_EPOCH
 
@@ -33,13 +35,17 @@ def topology():
 
 
 def _cfg(server, folder, start: str):
-    return load_pipeline_from_dict({
+    return load_pipeline_from_dict(_data(server, folder, start))
+
+
+def _data(server, folder, start: str) -> dict:
+    return {
         "name": "failover",
         "source": {"host": server.host, "port": server.port, "user": server.user,
                    "server_id": 8100, "start": start, "tables": {"include": ["shop.*"]}},
         "spark": {"checkpoint": str(folder / "ck"), "trigger_interval": "200 milliseconds"},
         "sinks": [{"changelog": {"path": str(folder / "changelog")}}],
-    })
+    }
 
 
 def _write(server, first: int, last: int, update: list[int] = ()) -> None:
@@ -59,11 +65,21 @@ def test_follow_a_failover_by_gtid(spark, topology, mariadb, tmp_path):
     replica.sql("STOP SLAVE", "RESET SLAVE ALL")                 # the replica is promoted
     _write(replica, 31, 40, update=[1, 21, 31])
 
-    # an unrelated server (the session's) has none of the pipeline's transactions
+    # Switched through the service (POST /pipelines/NAME/source): an unrelated server (the
+    # session's) has none of the pipeline's transactions and is refused, file unchanged;
+    # the replica is accepted and the file rewritten.
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    path = folder / "failover.yaml"
+    path.write_text(yaml.safe_dump(_data(primary, tmp_path, str(cfg.source.start))))
+    service = PipelineService(folder, lambda: spark)
+    assert service.load_folder() == ["failover"]
     with pytest.raises(SourceChangedError, match="has not logged transaction"):
-        follow_failover(_cfg(mariadb, tmp_path, "earliest"))
-
-    moved = _cfg(replica, tmp_path, "earliest")                  # the config now names it
+        service.set_source("failover", mariadb.host, mariadb.port)
+    assert f"port: {primary.port}" in path.read_text()
+    service.set_source("failover", replica.host, replica.port)
+    moved = load_pipeline(path)                                  # the config now names it
+    assert moved.source.port == replica.port
     run_pipeline(moved, until_idle=True, spark=spark)
     state = tmp_path / "ck" / "0-changelog" / "mysqlcdc-schema"
     (done,) = (state / "seek-done").glob("*.json")

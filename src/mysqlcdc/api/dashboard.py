@@ -17,6 +17,7 @@ from mysqlcdc.protocol.retry import format_duration
 __all__ = ["render_dashboard", "render_login", "chart"]
 
 _WINDOW_S = 3600.0
+_MIN_WINDOW_S = 300.0
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2733;
 background:#f6f8fa}
@@ -39,16 +40,19 @@ code{font-size:12px}
 
 def chart(title: str, unit: str, points: list[tuple[float, float]], now: float,
           color: str, width: int = 520, height: int = 150) -> str:
-    """An SVG line chart of ``points`` (time, value) over the hour before ``now``."""
+    """An SVG line chart of ``points`` (time, value) over the hour before ``now`` (over
+    the time since the first point when that is shorter, but at least five minutes)."""
     left, right, top, bottom = 52, 10, 22, 22
     w, h = width - left - right, height - top - bottom
-    start = now - _WINDOW_S
+    first = min((t for t, v in points if v is not None), default=now)
+    window = min(_WINDOW_S, max(_MIN_WINDOW_S, now - first))
+    start = now - window
     shown = [(t, v) for t, v in points if t >= start and v is not None]
     peak = max([v for _, v in shown] + [0.0])
     scale = peak * 1.15 if peak > 0 else 1.0
 
     def x(t: float) -> float:
-        return left + (t - start) / _WINDOW_S * w
+        return left + (t - start) / window * w
 
     def y(v: float) -> float:
         return top + h - (v / scale) * h
@@ -66,7 +70,7 @@ def chart(title: str, unit: str, points: list[tuple[float, float]], now: float,
     parts += [f'<text x="{left - 4}" y="{top + 9}" font-size="10" text-anchor="end">'
               f'{_short(scale)}{unit}</text>',
               f'<text x="{left - 4}" y="{top + h}" font-size="10" text-anchor="end">0</text>',
-              f'<text x="{left}" y="{height - 6}" font-size="10">-60 min</text>',
+              f'<text x="{left}" y="{height - 6}" font-size="10">-{window / 60:.0f} min</text>',
               f'<text x="{left + w}" y="{height - 6}" font-size="10" text-anchor="end">now'
               '</text>']
     if shown:
@@ -97,6 +101,8 @@ def _row(p: PipelineState) -> str:
     s = p.summary()
     runway = s["binlog_runway_s"]
     runway_text = "-" if runway is None else format_duration(max(0.0, runway))
+    if runway is None and p.runway is not None and p.runway.expire_s is None:
+        runway_text = "no expiry"
     if p.runway_low:
         runway_text = f'<span class="warn">{runway_text}</span>'
     error = f'[{html.escape(p.error_code or "")}] {html.escape(p.error)}' if p.error else "-"

@@ -272,11 +272,10 @@ class PipelineService:
             tmp = state.path.with_suffix(".yaml.tmp")
             tmp.write_text(yaml.safe_dump(data, sort_keys=False))
             try:
-                cfg = load_pipeline(tmp)
-            except ConfigError:
+                follow_failover(load_pipeline(tmp))   # SOURCE_CHANGED etc. before the switch
+            except MysqlcdcError:
                 tmp.unlink(missing_ok=True)
                 raise
-            follow_failover(cfg)           # named errors (SOURCE_CHANGED) before the switch
             tmp.replace(state.path)
             state.config = load_pipeline(state.path)
             return state

@@ -11,25 +11,21 @@
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import threading
-import uuid
 from decimal import Decimal
-from pathlib import Path
 from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mysqlcdc.stats import process_files, save_process_file
 from mysqlcdc.types import SEQ_EPOCH
 
 __all__ = ["finish_batches", "shift_seq", "read_counts"]
 
 _SEQ = pa.decimal128(38, 0)
 _WIDE = pa.decimal256(40, 0)
-_PROCESS = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 _TOTALS: dict[str, dict[tuple[str, str, str], list[int]]] = {}
 _LOCK = threading.Lock()
 
@@ -85,24 +81,13 @@ def _flush(folder: str, seen: dict) -> None:
             t[0] += rows
             t[1] += events
         data = [[*k, r, e] for k, (r, e) in sorted(totals.items())]
-    try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        path = Path(folder) / f"{_PROCESS}.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, path)
-    except OSError:
-        pass                  # a folder this executor does not see: no per-table metrics
+    save_process_file(folder, data)   # a folder this executor does not see: no metrics
 
 
 def read_counts(folder: str | os.PathLike) -> dict[tuple[str, str, str], tuple[int, int]]:
     """(rows, events) per (db, table, op), summed over every process's file."""
     out: dict[tuple[str, str, str], list[int]] = {}
-    for path in Path(folder).glob("*.json"):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
+    for data in process_files(folder):
         for db, table, op, rows, events in data:
             t = out.setdefault((db, table, op), [0, 0])
             t[0] += int(rows)

@@ -235,10 +235,10 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _seek_batch(self, start: dict, seek: SeekRequest) -> dict:
         """A micro-batch that reads nothing and ends at the seek's position. A seek
         forward on the same server walks the skipped range's DDL into the history first."""
-        if seek.history == "keep" and not (start.get("snapshot") or {}).get("tables"):
-            begin = _position(start)
-            if int(start.get("epoch", 0)) == seek.epoch and begin < seek.position:
-                self._through_outages(lambda p: p.walk_ddl(begin, seek.position))
+        begin = _position(start)
+        if seek.history == "keep" and int(start.get("epoch", 0)) == seek.epoch \
+                and begin < seek.position:
+            self._through_outages(lambda p: p.walk_ddl(begin, seek.position))
         return seek.offset()
 
     def reportLatestOffset(self) -> dict | None:
