@@ -408,7 +408,7 @@ class ChangelogSinkConfig(_Model):
         "Parquet readers once the sink has started (it removes a killed batch's leftover "
         "files). `delta`: a Delta Lake table, one commit per micro-batch, exact for every "
         "Delta reader (deltalake, polars, DuckDB, Spark with Delta) at every moment; needed "
-        "for `compact_every` and `retention`.",
+        "for `compact_every`.",
     )
     compact_every: Every | None = Field(
         None,
@@ -427,8 +427,11 @@ class ChangelogSinkConfig(_Model):
     )
     retention: Duration | None = Field(
         None,
-        description="Delta only: changes older than this (by `ts_ms`) are deleted when "
-        "compaction runs (`'30d'`); newer ones are never touched. Unset: kept forever.",
+        description="Drop changes older than this (`'30d'`); newer ones are never touched. "
+        "Delta: deleted by `ts_ms` when compaction runs (hourly without `compact_every`). "
+        "Parquet: Spark's file-sink TTL, by when each file was written (so a change goes at "
+        "the latest `retention` after it was captured), applied at Spark's log compaction "
+        "(every 10 batches) and the files deleted by the sink. Unset: kept forever.",
     )
 
     @field_validator("partition_by")
@@ -441,13 +444,12 @@ class ChangelogSinkConfig(_Model):
     @model_validator(mode="after")
     def _delta_only(self) -> Self:
         if self.format == "parquet":
-            for name in ("compact_every", "retention"):
-                if getattr(self, name) is not None:
-                    raise PydanticCustomError(
-                        "delta_only",
-                        f"`{name}` needs `format: delta`: Spark's Parquet file sink lists every "
-                        "file it committed, so its files cannot be merged or expired safely",
-                    )
+            if self.compact_every is not None:
+                raise PydanticCustomError(
+                    "delta_only",
+                    "`compact_every` needs `format: delta`: Spark's Parquet file sink lists "
+                    "every file it committed, so its files cannot be merged safely",
+                )
         return self
 
 
