@@ -162,10 +162,22 @@ class GtidSet:
             return self._maria(pos)
         if self.flavor == "mariadb":
             raise ValueError(f"cannot add MySQL GTID {gtids[0]} to a MariaDB GTID set")
+        numbers: dict[str, list[int]] = {}
+        for g in gtids:                      # "uuid[:tag]" -> its numbers, checked once
+            prefix, _, n = g.rpartition(":")
+            numbers.setdefault(prefix, []).append(int(n))
         sets = {(u, t): list(r) for u, t, r in self.mysql}
-        for g in gtids:
-            uuid, tag, n = _split_mysql(g)
-            sets.setdefault((uuid, tag), []).append((n, n))
+        for prefix, found in numbers.items():
+            uuid, tag, _ = _split_mysql(f"{prefix}:1")
+            found.sort()
+            ranges = sets.setdefault((uuid, tag), [])
+            lo = hi = found[0]
+            for n in found[1:]:
+                if n > hi + 1:
+                    ranges.append((lo, hi))
+                    lo = n
+                hi = max(hi, n)
+            ranges.append((lo, hi))
         return self._mysql(sets)
 
     def issubset(self, other: "GtidSet") -> bool:
