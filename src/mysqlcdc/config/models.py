@@ -66,6 +66,7 @@ __all__ = [
     "TablesConfig",
     "TableFilter",
     "ReconnectConfig",
+    "HeartbeatConfig",
     "SparkConfig",
     "ChangelogSinkConfig",
     "ConsoleSinkConfig",
@@ -197,6 +198,24 @@ class SnapshotConfig(_Model):
     )
 
 
+class HeartbeatConfig(_Model):
+    """A row written to the source every `interval_s`, so the binlog moves even when the
+    captured tables are idle: offsets advance, the binlog files this pipeline needs are
+    released for purging, and seconds-behind stays meaningful on a quiet server. The
+    account needs `CREATE, INSERT, UPDATE` on the table (`GRANT CREATE, INSERT, UPDATE ON
+    mysqlcdc.mysqlcdc_heartbeat TO cdc@'%'`); the table is created if missing, holds one
+    row per pipeline and is never captured."""
+
+    interval_s: float = Field(
+        10.0, ge=0.1, description="Seconds between two heartbeat writes."
+    )
+    table: str = Field(
+        "mysqlcdc.mysqlcdc_heartbeat", pattern=r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$",
+        description="`db.table` the heartbeat writes to (created with its database if "
+        "missing).",
+    )
+
+
 class SourceConfig(_Model):
     """The MySQL or MariaDB server to capture from, and how to read its binlog.
 
@@ -226,8 +245,12 @@ class SourceConfig(_Model):
     start: StartFrom = Field(
         "latest",
         description="Where a pipeline without a checkpoint starts: `earliest` (oldest binlog "
-        "on the server), `latest` (current end) or `FILE:POS` such as "
-        "`mariadb-bin.000003:4`. Ignored once a checkpoint exists.",
+        "on the server), `latest` (current end), `FILE:POS` such as `mariadb-bin.000003:4`, "
+        "a GTID set (MariaDB `0-1-100[,...]`, MySQL `uuid:1-5[,...]`, tagged GTIDs too; "
+        "right after the last transaction of the set) or a timestamp such as "
+        "`2026-11-01T12:00:00Z` (the first transaction committed at or after it). "
+        "`{gtid: ...}` and `{timestamp: ...}` are accepted too. Ignored once a checkpoint "
+        "exists (use the API's seek to move a pipeline that has one).",
     )
     tables: TablesConfig = Field(
         default_factory=TablesConfig, description="Which tables to capture."
@@ -258,6 +281,14 @@ class SourceConfig(_Model):
         "today (tables created in between are fine); otherwise stop with "
         "SCHEMA_BOOTSTRAP_UNSAFE. `current`: accept today's definitions for the older events "
         "(a TABLE_MAP that disagrees still quarantines its table).",
+    )
+    heartbeat: HeartbeatConfig | None = Field(
+        None, description="Heartbeat writes to the source; null: none."
+    )
+    runway_warning: Duration = Field(
+        "6h", description="Warn (log line and `mysqlcdc_binlog_runway_warning` metric) when "
+        "the oldest binlog file this pipeline still needs will be purged by the server's "
+        "`binlog_expire_logs_seconds` / `expire_logs_days` within this time."
     )
     include_query: bool = Field(
         False,

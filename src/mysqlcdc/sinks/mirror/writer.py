@@ -386,8 +386,12 @@ def _def(text) -> TableDef | None:
 
 def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target], BatchResult],
                      *, attempts: int, initial_delay_s: float, max_delay_s: float,
-                     what: str = "mirror target", sleep=time.sleep) -> BatchResult:
-    """Run ``work`` on a fresh connection; retry transient failures with backoff."""
+                     what: str = "mirror target", sleep=time.sleep,
+                     labels: tuple[str, str] = ("", "mirror")) -> BatchResult:
+    """Run ``work`` on a fresh connection; retry transient failures with backoff.
+    ``labels`` (pipeline, sink) name the retries and failures in ``mysqlcdc.stats``."""
+    from mysqlcdc import stats
+
     delay = initial_delay_s
     for attempt in range(1, attempts + 1):
         target = make_target()
@@ -397,6 +401,7 @@ def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target],
         except TargetAuthError as err:
             raise MirrorAuthError(f"{what} refused the credentials: {err}") from None
         except RetryableTargetError as err:
+            stats.count("sink_errors" if attempt == attempts else "sink_retries", *labels)
             if attempt == attempts:
                 raise MirrorUnavailableError(
                     f"{what} unavailable after {attempts} attempts: {err}") from None
@@ -444,7 +449,8 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
                                   definitions=definitions, keep_on_create=keep_on_create,
                                   end_position=str(end) if end is not None else None),
             attempts=settings.attempts, initial_delay_s=settings.initial_delay_s,
-            max_delay_s=settings.max_delay_s, what=f"{settings.target} {name}")
+            max_delay_s=settings.max_delay_s, what=f"{settings.target} {name}",
+            labels=(settings.pipeline, "changelog_table" if transform is not None else "mirror"))
         log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
                  " (already applied)" if result.skipped else "")
     return run
