@@ -43,6 +43,14 @@ class Stream:
         return self.rec("s", table, before=before and before.to_json(),
                         after=after and after.to_json())
 
+    def rename(self, old: TableDef, new: TableDef) -> list[dict]:
+        """A table rename: the old name's record (after null), then the new name's, which
+        carries the old definition as ``before``; both at one position."""
+        drop_rec = self.ddl(old.name, old, None)
+        create_rec = self.ddl(new.name, old, new)
+        create_rec["pos"], create_rec["seq"] = drop_rec["pos"], drop_rec["seq"]
+        return [drop_rec, create_rec]
+
     def ins(self, table, row, pk="id"):
         return self.rec("c", table, after=row, key={pk: row[pk]})
 
@@ -139,10 +147,7 @@ def test_schema_changes_truncate_and_stop(postgres, pg_settings, db):
     v3 = tdef(db, "b", *v2.columns)
     batch = [s.ddl("a", v1, v2), s.ins("a", {"id": 3, "label": "z", "c": "1.5"}),
              s.ddl("other", other, other2), s.ins("other", {"id": 2, "v": 7})]
-    drop_rec = s.ddl("a", v2, None)
-    create_rec = s.ddl("b", v2, v3)          # the new name's record carries the old definition
-    create_rec["pos"], create_rec["seq"] = drop_rec["pos"], drop_rec["seq"]
-    batch += [drop_rec, create_rec, s.upd("b", {"id": 1, "label": "x2", "c": "2.0"})]
+    batch += [*s.rename(v2, v3), s.upd("b", {"id": 1, "label": "x2", "c": "2.0"})]
     apply(pg_settings, batch, 1)
     assert postgres.sql(f'SELECT id, label, c FROM "{db}".b ORDER BY id') == [
         (1, "x2", Decimal("2.0")), (2, "y", None), (3, "z", Decimal("1.5"))]
