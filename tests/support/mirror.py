@@ -215,3 +215,47 @@ def _redis_read(raw: bytes, like):
     if isinstance(like, date):
         return date.fromisoformat(text)
     return text
+
+
+def history_versions(server, kind: str, db: str, table: str, key: list[str]) -> list[tuple]:
+    """(key tuple, valid_from_seq, valid_to_seq, is_current, valid_from, valid_to) of every
+    version in a history-mode target (``server``: the Delta root for ``delta``)."""
+    cols = ["valid_from_seq", "valid_to_seq", "is_current", "valid_from", "valid_to"]
+    if kind == "delta":
+        from deltalake import DeltaTable
+
+        data = DeltaTable(f"{server}/{db}/{table}").to_pyarrow_table(columns=key + cols)
+        rows = [tuple(r[c] for c in key + cols) for r in data.to_pylist()]
+    elif kind == "postgresql":
+        rows = server.sql("SELECT " + ", ".join(f'"{c}"' for c in key + cols) +
+                          f' FROM "{db}"."{table}"')
+    else:
+        rows = server.sql("SELECT " + ", ".join(f"`{c}`" for c in key + cols) +
+                          f" FROM `{db}`.`{table}`")
+    n = len(key)
+    return [(tuple(r[:n]), *r[n:n + 2], bool(r[n + 2]), *r[n + 3:]) for r in rows]
+
+
+def assert_history_chains(mariadb, server, kind: str, db: str, tables: list[str]) -> None:
+    """Every key's versions form one chain: distinct ``valid_from_seq``; each version but
+    the last closed at or before the next one starts (a gap: deleted, then inserted
+    again); only the last may be current, and it is exactly when it is not closed."""
+    for table in tables:
+        key = [r[0] for r in mariadb.sql(
+            "SELECT column_name FROM information_schema.key_column_usage WHERE table_schema = "
+            f"'{db}' AND table_name = '{table}' AND constraint_name = 'PRIMARY' "
+            "ORDER BY ordinal_position")]
+        chains: dict[tuple, list[tuple]] = {}
+        for v in history_versions(server, kind, db, table, key):
+            chains.setdefault(v[0], []).append(v)
+        assert chains, f"{db}.{table}: no versions"
+        for k, chain in chains.items():
+            chain.sort(key=lambda v: v[1])
+            starts = [v[1] for v in chain]
+            assert len(set(starts)) == len(starts), f"{db}.{table} {k}: a version twice"
+            for this, nxt in zip(chain, chain[1:]):
+                assert this[2] is not None and not this[3], f"{db}.{table} {k}: open version"
+                assert this[1] < this[2] <= nxt[1], f"{db}.{table} {k}: versions overlap"
+                assert this[4] <= this[5], f"{db}.{table} {k}: valid_to before valid_from"
+            last = chain[-1]
+            assert last[3] == (last[2] is None), f"{db}.{table} {k}: is_current wrong"

@@ -651,6 +651,18 @@ class MirrorSinkConfig(_TargetConnection):
         None, gt=0, description="redis: expire every written key after this many seconds; "
         "null: keys do not expire."
     )
+    compact_every: Every | None = Field(
+        None, description="delta: merge each table's small files into files of about "
+        "`target_file_mb` every this many micro-batches (`100`) or this often (`'1h'`), then "
+        "vacuum files replaced more than `vacuum_after` ago. Unset: never."
+    )
+    target_file_mb: int = Field(
+        128, ge=1, le=4096, description="delta: the file size compaction aims for, in MiB."
+    )
+    vacuum_after: Duration = Field(
+        "7d", description="delta: replaced files stay this long for readers of older versions "
+        "(time travel, `read_consistent`), then compaction's vacuum deletes them."
+    )
 
     @model_validator(mode="after")
     def _target_options(self) -> Self:
@@ -664,6 +676,8 @@ class MirrorSinkConfig(_TargetConnection):
         if (self.target == "delta") != (self.path is not None):
             raise PydanticCustomError("mirror_path", "path is required for target delta and "
                                       "only used by it")
+        if self.target != "delta" and self.compact_every is not None:
+            raise PydanticCustomError("delta_only", "compact_every needs target delta")
         if self.target == "delta" and "://" in str(self.path) and \
                 not str(self.path).startswith("file:"):
             raise PydanticCustomError("mirror_path", "the delta mirror writes to a local or "

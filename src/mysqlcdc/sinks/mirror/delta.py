@@ -55,7 +55,8 @@ from mysqlcdc.sinks.mirror.history import HISTORY_COLUMNS, Change, scd2
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, TableRefused)
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["DeltaTarget", "read_consistent", "ConsistentCut", "table_positions", "LEDGER"]
+__all__ = ["DeltaTarget", "read_consistent", "ConsistentCut", "table_positions", "maintain",
+           "LEDGER"]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ _LEDGER_SCHEMA = pa.schema([
     ("batch_id", pa.int64()), ("position", pa.string()), ("seq", pa.string()),
     ("partial_batch", pa.int64()), ("partial_seq", pa.string()), ("db", pa.string()),
     ("tbl", pa.string()), ("code", pa.string()), ("message", pa.string()),
-    ("committed_at", pa.timestamp("us", tz="UTC")),
+    ("committed_at", pa.timestamp("us", tz="UTC")), ("compacted_batch", pa.int64()),
+    ("compacted_at", pa.timestamp("us", tz="UTC")),
 ])
 
 
@@ -147,7 +149,10 @@ class DeltaTarget:
 
     def commit(self, pipeline: str, batch_id: int, position: str, seq: str) -> None:
         self.position = position
-        rows = self._ledger_rows(pipeline, done=(batch_id, position, seq))
+        compacted = self._compaction_due(batch_id)
+        if compacted:
+            maintain(self.root, self.s)
+        rows = self._ledger_rows(pipeline, done=(batch_id, position, seq), compacted=compacted)
         try:
             commit_once(self.ledger_uri, self.app_id, batch_id,
                         lambda props: self._write_ledger(rows, props),
@@ -155,12 +160,32 @@ class DeltaTarget:
         except ChangelogWriteError as err:
             raise RetryableTargetError(err.message) from None
 
-    def _ledger_rows(self, pipeline: str, *, partial=None, done=None) -> list[dict]:
+    def _compaction_due(self, batch_id: int) -> bool:
+        """``compact_every`` batches or seconds since the last compaction (kept in the
+        ledger, so a restart does not reset the count; the first interval starts with the
+        first batch)."""
+        s = self.s
+        if s.compact_batches is None and s.compact_seconds is None:
+            return False
+        since_batch = self._last.get("compacted_batch")
+        since_at = self._last.get("compacted_at")
+        if since_batch is None or since_at is None:
+            return False
+        if s.compact_batches is not None:
+            return batch_id - since_batch >= s.compact_batches
+        return (datetime.now(timezone.utc) - since_at).total_seconds() >= s.compact_seconds
+
+    def _ledger_rows(self, pipeline: str, *, partial=None, done=None,
+                     compacted: bool = False) -> list[dict]:
         now = datetime.now(timezone.utc)
         batch = {k: None for k in _LEDGER_SCHEMA.names}
         batch.update(kind="batch", pipeline=pipeline, app_id=self.app_id, committed_at=now,
                      batch_id=self._last.get("batch_id"), position=self._last.get("position"),
-                     seq=self._last.get("seq"))
+                     seq=self._last.get("seq"),
+                     compacted_batch=self._last.get("compacted_batch"),
+                     compacted_at=self._last.get("compacted_at"))
+        if compacted or batch["compacted_at"] is None:       # the interval starts (again)
+            batch.update(compacted_batch=done[0] if done else self.batch_id, compacted_at=now)
         if done is not None:
             batch.update(batch_id=done[0], position=done[1], seq=done[2] or None)
         if partial is not None:
@@ -174,7 +199,7 @@ class DeltaTarget:
 
         try:
             write_deltalake(self.ledger_uri, pa.Table.from_pylist(rows, schema=_LEDGER_SCHEMA),
-                            mode="overwrite", commit_properties=props)
+                            mode="overwrite", schema_mode="overwrite", commit_properties=props)
         except Exception as err:    # noqa: BLE001 - storage errors are retried, others raised
             if is_storage_error(err):
                 raise RetryableTargetError(_one_line(err)) from None
@@ -416,6 +441,32 @@ def _rewrite(uri: str, table, new: pa.Schema, renames: dict[str, str], props) ->
 
     write_deltalake(uri, pa.RecordBatchReader.from_batches(new, batches()), mode="overwrite",
                     schema_mode="overwrite", commit_properties=props)
+
+
+# -- maintenance ----------------------------------------------------------------------------
+
+def maintain(root: str, settings) -> None:
+    """Compaction (``optimize.compact``) and vacuum of every table and the ledger. Readers
+    see the same rows before and after (compaction only rewrites files); it carries no
+    position, so the consistent cut passes over it. A failure is logged, not raised: the
+    mirror is exact without it, and the next interval tries again."""
+    started = datetime.now(timezone.utc)
+    hours = max(0, int(settings.vacuum_after_s // 3600))
+    done = 0
+    for uri in [os.path.join(root, db, t) for db, t in _tables(root)] + \
+            [os.path.join(root, LEDGER)]:
+        try:
+            table = open_table(uri)
+            if table is None:
+                continue
+            metrics = table.optimize.compact(target_size=settings.target_file_bytes)
+            done += int(metrics.get("numFilesRemoved", 0) or 0)
+            table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
+        except Exception as err:    # noqa: BLE001 - maintenance never stops the mirror
+            log.warning("delta mirror: compacting %s failed (%s); retried at the next interval",
+                        uri, _one_line(err))
+    log.info("delta mirror %s: compacted %d files in %.1f s", root, done,
+             (datetime.now(timezone.utc) - started).total_seconds())
 
 
 # -- reading --------------------------------------------------------------------------------

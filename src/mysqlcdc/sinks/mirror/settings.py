@@ -41,6 +41,10 @@ class MirrorSettings:
     path: str | None = None
     mode: str = "current"
     sink_index: int = 0
+    compact_batches: int | None = None          # delta: compact every N batches
+    compact_seconds: float | None = None        # or every this many seconds
+    target_file_bytes: int = 128 << 20
+    vacuum_after_s: float = 7 * 86400.0
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -92,4 +96,17 @@ def from_sink_config(sink, pipeline: str, history_dir: str | None,
         max_delay_s=sink.retry.max_delay_s,
         path=str(sink.path) if getattr(sink, "path", None) else None,
         mode=getattr(sink, "mode", "current"), sink_index=index,
+        **_compaction(sink),
     )
+
+
+def _compaction(sink) -> dict:
+    from mysqlcdc.config.fields import duration_seconds, parse_every
+
+    every = getattr(sink, "compact_every", None)
+    batches, seconds = parse_every(every) if every else (None, None)
+    if not hasattr(sink, "vacuum_after"):
+        return {}
+    return {"compact_batches": batches, "compact_seconds": seconds,
+            "target_file_bytes": sink.target_file_mb << 20,
+            "vacuum_after_s": duration_seconds(sink.vacuum_after)}
