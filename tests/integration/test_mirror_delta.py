@@ -316,3 +316,26 @@ def test_rename_cut_by_a_crash_loses_nothing(settings):
     assert [(r["id"], r["n"]) for r in rows(root, "r", "t2")] == [(1, 1), (2, 2), (3, 3)]
     assert [(r["id"], r["n"]) for r in rows(root, "r", "x")] == [(1, 1), (2, 2)]
     assert mirror.apply(batch, 1).skipped
+
+
+def test_compaction_keeps_rows_and_the_cut(settings):
+    """compact_every: every 3 batches each table's small files are merged and replaced
+    files vacuumed; readers and the consistent cut see the same rows."""
+    root = Path(settings.path)
+    s = Stream("k")
+    compacting = MirrorSettings(**{**settings.__dict__, "compact_batches": 3,
+                                   "vacuum_after_s": 0.0})
+    mirror = Mirror(compacting)
+    mirror.apply([s.ddl("t", None, tdef("k", "t", ID, N))], 0)
+    for batch in range(1, 8):
+        mirror.apply([s.ins("t", {"id": 10 * batch + i, "n": batch}) for i in range(3)], batch)
+    dt = DeltaTable(str(root / "k" / "t"))
+    ops = [h["operation"] for h in dt.history()]
+    assert ops.count("OPTIMIZE") == 2 and "VACUUM END" in ops
+    assert len(dt.file_uris()) <= 3                          # 7 appends merged
+    assert sorted(r["id"] for r in dt.to_pyarrow_table().to_pylist()) == \
+        sorted(10 * b + i for b in range(1, 8) for i in range(3))
+    data_files = [p for p in (root / "k" / "t").glob("*.parquet")]
+    assert len(data_files) == len(dt.file_uris())            # replaced files were vacuumed
+    cut = read_consistent(root)
+    assert cut.batch_id == 7 and cut.to_arrow("k.t").num_rows == 21

@@ -97,8 +97,8 @@ def demo(
 def _print_mirror(result, out_dir: Path) -> None:
     for table, rows in result.mirror.items():
         t = Table(title=f"Delta mirror {out_dir}/mirror/mysqlcdc_demo/{table}")
-        for _ in (rows[0] if rows else ()):
-            t.add_column(overflow="fold")
+        for name in result.columns.get(table, []):
+            t.add_column(name, overflow="fold")
         for r in rows:
             t.add_row(*(str(v) for v in r))
         out.print(t)

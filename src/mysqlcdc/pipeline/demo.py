@@ -61,6 +61,7 @@ class DemoResult:
     changes: list[dict]
     source: dict[str, list[tuple]] = field(default_factory=dict)
     mirror: dict[str, list[tuple]] = field(default_factory=dict)
+    columns: dict[str, list[str]] = field(default_factory=dict)
     mirror_position: str | None = None
 
     def mirror_equal(self, table: str) -> bool:
@@ -179,7 +180,7 @@ def _compare(conn, root: Path, result: DemoResult) -> None:
     with conn.cursor() as cur:
         for table in TABLES:
             cur.execute(f"SELECT * FROM {DEMO_DB}.{table} ORDER BY id")
-            names = [d[0] for d in cur.description]
+            names = result.columns[table] = [d[0] for d in cur.description]
             result.source[table] = [tuple(r) for r in cur.fetchall()]
             name = f"{DEMO_DB}.{table}"
             found = cut.to_arrow(name).sort_by("id").to_pylist() if name in cut.tables else []

@@ -91,6 +91,9 @@ class DeltaTarget:
     its own, idempotent per (batch, step); the ledger commit ends the batch."""
 
     transactional_ddl = False
+    stopped_hint = ("Fix the cause; then, with the pipeline stopped, delete the table's folder "
+                    "and its row (kind = 'stopped') from <path>/_mysqlcdc_offsets and "
+                    "re-snapshot the table; the mirror skips it until then.")
 
     def __init__(self, settings, app_id: str | None = None) -> None:
         self.s = settings
@@ -105,10 +108,7 @@ class DeltaTarget:
 
     # -- connection -----------------------------------------------------------------
     def connect(self) -> None:
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except OSError as err:
-            raise RetryableTargetError(f"cannot create {self.root}: {err.strerror}") from None
+        pass                          # the root is made by the first batch (start_batch)
 
     def close(self) -> None:
         pass
@@ -128,6 +128,10 @@ class DeltaTarget:
 
     def start_batch(self, batch_id: int, position: str) -> None:
         self.batch_id, self.position = batch_id, position
+        try:
+            os.makedirs(self.root, exist_ok=True)
+        except OSError as err:
+            raise RetryableTargetError(f"cannot create {self.root}: {err.strerror}") from None
 
     def at(self, seq: Decimal) -> None:
         self.step = seq

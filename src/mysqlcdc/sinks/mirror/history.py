@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import NamedTuple
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
 
@@ -30,9 +31,9 @@ __all__ = ["Change", "Close", "Version", "scd2", "HISTORY_COLUMNS", "history_def
 HISTORY_COLUMNS = ("valid_from", "valid_to", "valid_from_seq", "valid_to_seq", "is_current")
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One row change as the apply loop keeps it: texts as they came in the envelope."""
+class Change(NamedTuple):
+    """One row change as the apply loop keeps it: texts as they came in the envelope
+    (a tuple: the loop makes one per row change)."""
 
     op: str
     after: str | None

@@ -24,8 +24,14 @@ that table back to its savepoint and records it in ``mysqlcdc_mirror_stopped``
 Transient target failures (server down, connection dropped) retry the whole batch
 with exponential backoff on a new connection; wrong credentials fail at once.
 
-Memory: the batch's rows (bounded by ``source.max_events_per_batch``) and one dict
-per table of the reduced changes.
+History mode (``history=True``, ``mode: history``): every change of a key is kept
+instead of the last one, and becomes a version of the row (:mod:`.history`).
+Targets without one transaction for a whole batch (MySQL, whose DDL commits, and
+Delta, which commits per table) commit in steps with a ledger mark around each DDL.
+
+Memory: the batch's rows (bounded by ``source.max_events_per_batch``; a row change's
+``before`` image stays in Spark) and one dict per table of the reduced changes, kept
+as the envelope's JSON texts until a target converts them.
 """
 
 from __future__ import annotations
@@ -177,8 +183,7 @@ class TableChanges:
         if self.every is not None:
             self.every.append(change)
         else:
-            self.last.pop(change.key, None)    # keep dict order = order of last change
-            self.last[change.key] = change
+            self.last[change.key] = change     # changes() orders them by seq again
         self.last_seq = change.seq
 
     def changes(self) -> list[Change]:
@@ -272,7 +277,8 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
         stopped.add(key)
         result.stopped.append(key)
         pending.pop(key, None)
-        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
+        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1],
+                                                hint=getattr(target, "stopped_hint", None)))
 
     def definition_for(key: Key, file: str, pos: int) -> TableDef:
         if key in known:
@@ -378,8 +384,10 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
             tc = pending.get(key)
             if tc is None:
                 tc = pending[key] = TableChanges(every=[] if history else None)
-            tc.add(Change(op, r["after"] if op != "d" else None, r["key"], Decimal(r["seq"]),
-                          r.get("ts_ms")), r["file"], r["pos"])
+            seq = r["seq"]
+            tc.add(Change(op, r["after"] if op != "d" else None, r["key"],
+                          seq if isinstance(seq, Decimal) else Decimal(seq), r.get("ts_ms")),
+                   r["file"], r["pos"])
         elif op == "t":
             if key in stopped:
                 continue
