@@ -97,7 +97,7 @@ def _rss(root: int) -> tuple[int, int]:
 
 def run_once(server, info: dict, kind: str, server_id: int, pg, max_events: int) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"mirbench-{kind}-"))
-    name = f"mbench-{kind}-{server_id}"
+    name = f"mbench-{kind}-{info['table'].split('.')[1]}-{server_id}"
     try:
         if kind == "postgresql":
             pg.sql(f'DROP SCHEMA IF EXISTS "{info["table"].split(".")[0]}" CASCADE')

@@ -201,3 +201,25 @@ def test_target_down_retries_then_names_error(postgres, pg_settings):
     gone = MirrorSettings(**{**pg_settings.__dict__, "port": free_port(), "attempts": 2})
     with pytest.raises(MirrorUnavailableError):
         apply(gone, [Stream("x").ins("t", {"id": 1})], 0)
+
+
+def test_a_new_checkpoint_is_not_a_replay(postgres, pg_settings, db, tmp_path):
+    """The ledger row names the Spark checkpoint's query id: batch 0 of a pipeline started
+    again from a new checkpoint is applied, not skipped as an old batch 0."""
+    from mysqlcdc.sinks.mirror.writer import ledger_key
+
+    old, new = tmp_path / "ck-old", tmp_path / "ck-new"
+    for ck, qid in ((old, "11111111-aaaa"), (new, "22222222-bbbb")):
+        ck.mkdir()
+        (ck / "metadata").write_text('{"id":"%s"}\n' % qid)
+    assert ledger_key("p", str(old)) == "p@11111111-aaaa" and ledger_key("p", None) == "p"
+    s = Stream(db)
+    t = tdef(db, "k", ID, ColumnDef("v", "int"))
+    first = MirrorSettings(**{**pg_settings.__dict__,
+                              "pipeline": ledger_key(pg_settings.pipeline, str(old))})
+    apply(first, [s.ddl("k", None, t), s.ins("k", {"id": 1, "v": 1})], 5)
+    again = MirrorSettings(**{**pg_settings.__dict__,
+                              "pipeline": ledger_key(pg_settings.pipeline, str(new))})
+    _DEFS[again.pipeline] = _DEFS[first.pipeline]
+    assert not apply(again, [s.ins("k", {"id": 2, "v": 2})], 0).skipped
+    assert postgres.sql(f'SELECT id FROM "{db}".k ORDER BY id') == [(1,), (2,)]

@@ -171,9 +171,10 @@ def _mirror_positions(pipeline: Path):
 
     from mysqlcdc.config.loader import load_pipeline
     from mysqlcdc.config.models import ChangelogTableSinkConfig, MirrorSinkConfig
-    from mysqlcdc.pipeline.runner import schema_history_dir
+    from mysqlcdc.pipeline.runner import schema_history_dir, sink_checkpoint
     from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
     from mysqlcdc.sinks.mirror import from_sink_config, read_position
+    from mysqlcdc.sinks.mirror.writer import ledger_key
 
     cfg = load_pipeline(pipeline)
     rows = []
@@ -185,6 +186,8 @@ def _mirror_positions(pipeline: Path):
             t = table_settings(sink, cfg.name, schema_history_dir(cfg, index))
             settings = replace(t.target, pipeline=t.ledger_name)
         if settings is not None:
+            settings = replace(settings, pipeline=ledger_key(settings.pipeline,
+                                                             sink_checkpoint(cfg, index)))
             at = settings.path if settings.target == "delta" else \
                 f"{settings.host}:{settings.port}"
             rows.append({"sink": index, "type": sink.type, "target": settings.target, "at": at,

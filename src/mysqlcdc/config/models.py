@@ -691,7 +691,7 @@ class ChangelogTableSinkConfig(_TargetConnection):
     the old image and a +1 of the new), `uow_id` (transaction), `gsn` (global sequence
     number, unique and increasing across tables), `server_id` and `binlog_position`.
     Created and altered from the schema history; one transaction per batch with its
-    `mysqlcdc_offsets` row (`<pipeline>#changelog`)."""
+    `mysqlcdc_offsets` row (`<pipeline>#changelog@<query id>`)."""
 
     type: Literal["changelog_table"] = Field(
         "changelog_table", description="Sink type; set by the key of the sink mapping."

@@ -61,6 +61,7 @@ __all__ = ["DeltaTarget", "read_consistent", "ConsistentCut", "table_positions",
 log = logging.getLogger(__name__)
 
 LEDGER = "_mysqlcdc_offsets"
+LEDGER_VACUUM_EVERY = 100           # batches; each ledger commit replaces its one small file
 TRASH = "_mysqlcdc_trash"
 POSITION_KEY = "mysqlcdc.end_position"
 OP = "__mysqlcdc_op"
@@ -163,6 +164,8 @@ class DeltaTarget:
                         metadata={POSITION_KEY: position})
         except ChangelogWriteError as err:
             raise RetryableTargetError(err.message) from None
+        if batch_id % LEDGER_VACUUM_EVERY == 0:
+            _vacuum_ledger(self.ledger_uri)
 
     def _compaction_due(self, batch_id: int) -> bool:
         """``compact_every`` batches or seconds since the last compaction (kept in the
@@ -175,8 +178,8 @@ class DeltaTarget:
         since_at = self._last.get("compacted_at")
         if since_batch is None or since_at is None:
             return False
-        if s.compact_batches is not None:
-            return batch_id - since_batch >= s.compact_batches
+        if s.compact_batches is not None:        # (a new checkpoint counts from 0 again)
+            return batch_id < since_batch or batch_id - since_batch >= s.compact_batches
         return (datetime.now(timezone.utc) - since_at).total_seconds() >= s.compact_seconds
 
     def _ledger_rows(self, pipeline: str, *, partial=None, done=None,
@@ -449,6 +452,15 @@ def _rewrite(uri: str, table, new: pa.Schema, renames: dict[str, str], props) ->
 
 # -- maintenance ----------------------------------------------------------------------------
 
+def _vacuum_ledger(uri: str) -> None:
+    """Delete the ledger's replaced files: only its newest version is ever read (its log
+    keeps the history), so they go at once rather than after ``vacuum_after``."""
+    try:
+        open_table(uri).vacuum(retention_hours=0, dry_run=False, enforce_retention_duration=False)
+    except Exception as err:        # noqa: BLE001 - maintenance never stops the mirror
+        log.warning("delta mirror: vacuuming the ledger %s failed (%s)", uri, _one_line(err))
+
+
 def maintain(root: str, settings) -> None:
     """Compaction (``optimize.compact``) and vacuum of every table and the ledger. Readers
     see the same rows before and after (compaction only rewrites files); it carries no
@@ -553,8 +565,7 @@ def read_consistent(root: str | Path) -> ConsistentCut:
     >>> orders, users = cut.to_arrow("shop.orders"), cut.to_arrow("shop.users")
     """
     uri = table_uri(root)
-    ledger = open_table(os.path.join(uri, LEDGER))
-    rows = ledger.to_pyarrow_table().to_pylist() if ledger is not None else []
+    rows = _read_ledger(os.path.join(uri, LEDGER))
     last = next((r for r in rows if r["kind"] == "batch"), {})
     position = BinlogPosition.parse(last["position"]) if last.get("position") else None
     cut = ConsistentCut(position, last.get("batch_id"))
@@ -573,6 +584,19 @@ def read_consistent(root: str | Path) -> ConsistentCut:
         cut.tables[full] = table
         cut.versions[full] = version
     return cut
+
+
+def _read_ledger(uri: str, attempts: int = 3) -> list[dict]:
+    """The ledger's rows; read again when the writer replaced (and vacuumed) the file
+    between our reading of the log and of the file."""
+    for attempt in range(attempts):
+        try:
+            ledger = open_table(uri)
+            return ledger.to_pyarrow_table().to_pylist() if ledger is not None else []
+        except Exception as err:    # noqa: BLE001 - only storage errors are read again
+            if attempt == attempts - 1 or not is_storage_error(err):
+                raise
+    return []
 
 
 def _version_at(table, position: BinlogPosition) -> int | None:

@@ -50,7 +50,7 @@ from mysqlcdc.sinks.mirror.history import Change, history_def, scd2, version_row
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["apply_batch", "Target", "TableChanges", "ColumnChange", "diff_columns",
-           "Definitions", "BatchResult", "run_with_retries", "foreach_batch"]
+           "Definitions", "BatchResult", "run_with_retries", "foreach_batch", "ledger_key"]
 
 log = logging.getLogger(__name__)
 
@@ -493,6 +493,16 @@ def _collect(df, keep_before: bool):
     return df.selectExpr(*cols).toArrow().sort_by("seq").to_pylist()
 
 
+def ledger_key(name: str, checkpoint: str | None) -> str:
+    """A sink's row in the target's ledger: its name and the Spark checkpoint's query id,
+    so a pipeline started again from a NEW checkpoint (whose batch ids begin at 0 again)
+    is not taken for a replay of the batches an earlier checkpoint committed."""
+    from mysqlcdc.spark.checkpoint import query_id
+
+    found = query_id(checkpoint)
+    return f"{name}@{found}" if found else name
+
+
 def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str | None = None,
                   *, definitions: Definitions | None = None,
                   transform: Callable[[list[dict]], list[dict]] | None = None,
@@ -505,15 +515,19 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
 
     definitions = definitions or Definitions(settings.history_dir)
     local = local_dir(checkpoint) if checkpoint else None
-    name = ledger_name or settings.pipeline
+    base = ledger_name or settings.pipeline
     history = getattr(settings, "mode", "current") == "history"
+    keys: dict[str, str] = {}
 
     def run(df, batch_id: int) -> None:
+        name = keys.setdefault("ledger", ledger_key(base, checkpoint))   # Spark wrote it
+        started = time.perf_counter()
         rows = _collect(df, keep_before=transform is not None)
         if transform is not None:
             rows = transform(rows)
         if not rows:
             return
+        collected = time.perf_counter()
         end = batch_offset(local, batch_id) if local is not None else None
         result = run_with_retries(
             make_target,
@@ -524,6 +538,7 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
             attempts=settings.attempts, initial_delay_s=settings.initial_delay_s,
             max_delay_s=settings.max_delay_s, what=f"{settings.target} {name}",
             hint=getattr(settings, "unavailable_hint", None))
-        log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
-                 " (already applied)" if result.skipped else "")
+        log.info("mirror: batch %d: %d changes%s (read %.2f s, apply %.2f s)", batch_id,
+                 result.rows, " (already applied)" if result.skipped else "",
+                 collected - started, time.perf_counter() - collected)
     return run
