@@ -18,7 +18,8 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── EncryptedBinlogError
     │   │   └── UnsupportedEventError   an event that can carry rows, not decodable
     │   ├── SchemaError                 row does not fit the table definition
-    │   │   └── UnsupportedDdlError     a DDL the schema history cannot apply with certainty
+    │   │   ├── UnsupportedDdlError     a DDL the schema history cannot apply with certainty
+    │   │   ├── KafkaSchemaUnknownError the Kafka sink has no definition for a row
     │   │   ├── SchemaBootstrapError    history cannot start at that position
     │   │   └── TableQuarantinedError   a table's rows are held back
     │   ├── PreflightError              server not usable for CDC
@@ -70,6 +71,7 @@ __all__ = [
     "MirrorAuthError",
     "MirrorUnavailableError",
     "ChangelogWriteError",
+    "KafkaSchemaUnknownError",
     "SourceChangedError",
     "OutageTooLongError",
     "from_text",
@@ -334,6 +336,16 @@ class ChangelogWriteError(TransientError):
     code = "CHANGELOG_WRITE_FAILED"
     hint = ("Fix the storage (space, permissions, mount) and run the pipeline again: the "
             "batch is replayed and committed exactly once.")
+
+
+class KafkaSchemaUnknownError(SchemaError):
+    """The Kafka sink's ``debezium`` format found no table definition for a row (or one
+    without the row's columns) in the schema history it reads."""
+
+    code = "KAFKA_SCHEMA_UNKNOWN"
+    hint = ("The kafka sink reads table definitions from the source's schema history: run it "
+            "through `mysqlcdc run` (or give the source's schemaHistory folder to "
+            "KafkaSettings.history_dir); the batch is replayed when the pipeline runs again.")
 
 
 _NAMED = None

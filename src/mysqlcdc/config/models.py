@@ -377,7 +377,7 @@ class ChangelogSinkConfig(_Model):
         "Parquet readers once the sink has started (it removes a killed batch's leftover "
         "files). `delta`: a Delta Lake table, one commit per micro-batch, exact for every "
         "Delta reader (deltalake, polars, DuckDB, Spark with Delta) at every moment; needed "
-        "for `compact_every` and `retention`.",
+        "for `compact_every`.",
     )
     compact_every: Every | None = Field(
         None,
@@ -396,8 +396,11 @@ class ChangelogSinkConfig(_Model):
     )
     retention: Duration | None = Field(
         None,
-        description="Delta only: changes older than this (by `ts_ms`) are deleted when "
-        "compaction runs (`'30d'`); newer ones are never touched. Unset: kept forever.",
+        description="Drop changes older than this (`'30d'`); newer ones are never touched. "
+        "Delta: deleted by `ts_ms` when compaction runs (hourly without `compact_every`). "
+        "Parquet: Spark's file-sink TTL, by when each file was written (so a change goes at "
+        "the latest `retention` after it was captured), applied at Spark's log compaction "
+        "(every 10 batches) and the files deleted by the sink. Unset: kept forever.",
     )
 
     @field_validator("partition_by")
@@ -410,13 +413,12 @@ class ChangelogSinkConfig(_Model):
     @model_validator(mode="after")
     def _delta_only(self) -> Self:
         if self.format == "parquet":
-            for name in ("compact_every", "retention"):
-                if getattr(self, name) is not None:
-                    raise PydanticCustomError(
-                        "delta_only",
-                        f"`{name}` needs `format: delta`: Spark's Parquet file sink lists every "
-                        "file it committed, so its files cannot be merged or expired safely",
-                    )
+            if self.compact_every is not None:
+                raise PydanticCustomError(
+                    "delta_only",
+                    "`compact_every` needs `format: delta`: Spark's Parquet file sink lists "
+                    "every file it committed, so its files cannot be merged safely",
+                )
         return self
 
 
@@ -463,12 +465,45 @@ class KafkaSinkConfig(_Model):
     )
     format: Literal["mysqlcdc", "debezium"] = Field(
         "mysqlcdc",
-        description="Message value: `mysqlcdc` (the envelope as JSON) or `debezium` (Debezium's "
-        "JSON envelope: before, after, source, op, ts_ms).",
+        description="Messages: `mysqlcdc` (the envelope as JSON) or `debezium` (Debezium MySQL's "
+        "change events: before, after, source, transaction, op, ts_ms, with Debezium's value "
+        "encodings; see docs/KAFKA.md).",
     )
-    tombstones: bool = Field(
-        False, description="After each delete, also send the key with a null value "
-        "(for compacted topics)."
+    schemas: bool = Field(
+        True,
+        description="`debezium` format: key and value as `{\"schema\", \"payload\"}`, as Kafka "
+        "Connect's JSON converter writes them by default; false: the payload alone.",
+    )
+    decimal_handling_mode: Literal["precise", "double", "string"] = Field(
+        "precise",
+        description="`debezium` format, DECIMAL values: `precise` (Connect Decimal: base64 of "
+        "the unscaled two's-complement bytes), `double` or `string` (exact text).",
+    )
+    time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = Field(
+        "adaptive_time_microseconds",
+        description="`debezium` format, DATE/TIME/DATETIME values: Debezium's types by column "
+        "precision (TIME in microseconds), or Kafka Connect's Date/Time/Timestamp (milliseconds).",
+    )
+    bigint_unsigned_handling_mode: Literal["long", "precise"] = Field(
+        "long",
+        description="`debezium` format, BIGINT UNSIGNED values: `long` (int64; values above "
+        "2^63-1 come out negative, as in Debezium) or `precise` (Connect Decimal, exact).",
+    )
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = Field(
+        "bytes",
+        description="`debezium` format, BINARY/VARBINARY/BLOB values: `bytes` (base64 in JSON, "
+        "schema type bytes) or a string in base64, URL-safe base64 or hex.",
+    )
+    tombstones: bool | None = Field(
+        None, description="After each delete (including the old key of a key change), also send "
+        "the key with a null value, so compaction drops the key. Null: on for `debezium` (as "
+        "Debezium's `tombstones.on.delete`), off for `mysqlcdc`."
+    )
+    schema_change_topic: str | None = Field(
+        "{prefix}",
+        description="Schema changes (`op = s` records) go to this one-partition topic "
+        "(template like `topic`; Debezium's schema change topic is named after the prefix), "
+        "keyed by database. Null: not published.",
     )
     partitions: int = Field(6, ge=1, description="Partitions of topics the sink creates.")
     replication_factor: int = Field(

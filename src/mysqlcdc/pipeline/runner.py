@@ -183,7 +183,11 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
         elif isinstance(sink, KafkaSinkConfig):
             from mysqlcdc.sinks.kafka import from_sink_config, start_kafka
 
-            q = start_kafka(df, from_sink_config(sink, cfg.name), checkpoint=checkpoint,
+            if history is None and sink.format == "debezium":
+                raise ConfigError(f"sink {index} (kafka, format debezium) needs a local "
+                                  "spark.checkpoint: it reads column types from the schema "
+                                  "history kept there")
+            q = start_kafka(df, from_sink_config(sink, cfg.name, history), checkpoint=checkpoint,
                             trigger_interval=trigger, write_tasks=sink.write_tasks, name=name)
         elif isinstance(sink, MirrorSinkConfig):
             from mysqlcdc.sinks.mirror import from_sink_config as mirror_settings, start_mirror

@@ -47,10 +47,52 @@ def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger
         writer = df.writeStream.format("parquet").option("path", settings.path).outputMode("append")
         if settings.partition_by:
             writer = writer.partitionBy(*settings.partition_by)
+        if settings.retention_s is not None:
+            # Spark's file-sink TTL: its log compactions leave out files older than this
+            writer = writer.option("retention", f"{int(settings.retention_s * 1000)}ms")
     writer = writer.option("checkpointLocation", checkpoint).trigger(processingTime=trigger_interval)
     if name:
         writer = writer.queryName(name)
-    return writer.start()
+    query = writer.start()
+    if settings.format != "delta" and settings.retention_s is not None:
+        _remove_expired_while_running(df.sparkSession, query, settings.path)
+    return query
+
+
+def _remove_expired_while_running(spark, query, path: str) -> None:
+    """After each of ``query``'s log compactions (where Spark's ``retention`` drops files),
+    delete the files its log no longer lists, so plain Parquet readers drop them when
+    Spark does. Only files older than the newest log entry go: none of a batch being
+    written."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    query_id, root = str(query.id), local_path(path)
+    if root is None:
+        return
+
+    class RemoveExpired(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            progress = event.progress
+            if str(progress.id) != query_id:
+                return
+            if not (root / "_spark_metadata" / f"{progress.batchId}.compact").exists():
+                return
+            try:
+                remove_orphans(path, settled_only=True)
+            except OSError as exc:          # retried after the next compaction
+                log.warning("changelog %s: removing expired files failed: %s", path, exc)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            if str(event.id) == query_id:
+                spark.streams.removeListener(self)
+
+    spark.streams.addListener(RemoveExpired())
 
 
 def _clock_from_history(settings: ChangelogSettings) -> CompactionClock:
@@ -92,7 +134,7 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
     def run(df, batch_id: int) -> None:
         if "app_id" not in state:
             state["app_id"] = settings.app_id(query_id(checkpoint))
-            state["clock"] = _clock_from_history(settings) if settings.compacts else None
+            state["clock"] = _clock_from_history(settings) if settings.maintains else None
         if not _already(uri, state["app_id"], batch_id):
             started = time.perf_counter()
             schema = _arrow_schema(df.schema)
@@ -109,7 +151,8 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
                          written - started, time.perf_counter() - written)
         clock = state["clock"]
         if clock is not None and clock.tick():
-            log.info("changelog %s: %s", uri, maintain_delta(settings).line())
+            log.info("changelog %s: %s", uri,
+                     maintain_delta(settings, compact=settings.compacts).line())
     return run
 
 

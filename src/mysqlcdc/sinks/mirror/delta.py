@@ -30,7 +30,7 @@ cast the rewrite cannot make, or a column name Delta refuses stops that table wi
 MIRROR_TABLE_STOPPED; the other tables keep flowing.
 
 :func:`read_consistent` reads every table as of one binlog position (see DESIGN.md,
-decision 13).
+decision 14).
 """
 
 from __future__ import annotations
