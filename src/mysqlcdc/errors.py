@@ -313,7 +313,8 @@ class MirrorTableStoppedError(TerminalError):
     """A change the mirror target cannot apply; that table stops, the others keep flowing.
 
     Recorded in the target's ``mysqlcdc_mirror_stopped`` table (same transaction as the
-    batch); ``db``/``table`` name the source table.
+    batch; a Delta mirror: a ``kind = 'stopped'`` row of its ``_mysqlcdc_offsets`` table);
+    ``db``/``table`` name the source table.
     """
 
     code = "MIRROR_TABLE_STOPPED"

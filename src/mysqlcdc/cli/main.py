@@ -120,6 +120,9 @@ def demo(
     mysql: Optional[str] = typer.Option(None, "--mysql",
                                         help="Capture from this server instead: mysql://user:pass@host:port"),
     out_dir: Path = typer.Option(Path("mysqlcdc-demo"), "--out", help="Where the changelog goes."),
+    mirror: bool = typer.Option(False, "--mirror",
+                                help="Also keep a Delta Lake mirror of the tables and compare "
+                                "it with the source at the end."),
 ) -> None:
     """Start a throwaway MariaDB, apply changes, capture them with Spark, print them."""
     from mysqlcdc.pipeline.demo import parse_mysql_url, run_demo
@@ -131,13 +134,33 @@ def demo(
             def step(text: str) -> None:
                 console.print(f"[green]•[/] {text}")
                 status.update(text)
-            rows = run_demo(out_dir.resolve(), server, step)
+            result = run_demo(out_dir.resolve(), server, step, mirror=mirror)
     except MysqlcdcError as err:
         _fail(err)
+    rows = result.changes
     out.print(_changes_table(rows))
     out.print(f"{len(rows)} changes captured into [bold]{out_dir}/changelog[/] "
               "(Parquet, partitioned by db and table).")
     out.print(f"Query it: spark.read.parquet('{out_dir}/changelog').orderBy('seq').show()")
+    if mirror:
+        _print_mirror(result, out_dir)
+
+
+def _print_mirror(result, out_dir: Path) -> None:
+    for table, rows in result.mirror.items():
+        t = Table(title=f"Delta mirror {out_dir}/mirror/mysqlcdc_demo/{table}")
+        for name in result.columns.get(table, []):
+            t.add_column(name, overflow="fold")
+        for r in rows:
+            t.add_row(*(str(v) for v in r))
+        out.print(t)
+        verdict = "[green]equal to[/]" if result.mirror_equal(table) else "[red]DIFFERENT from[/]"
+        out.print(f"{table}: {len(rows)} rows, {verdict} SELECT * of the source")
+    out.print(f"The mirror reflects the source at binlog position {result.mirror_position}. "
+              f"Read it: DeltaTable('{out_dir}/mirror/mysqlcdc_demo/reservation')"
+              f".to_pandas(), or mysqlcdc.sinks.mirror.read_consistent('{out_dir}/mirror')")
+    if not all(result.mirror_equal(t) for t in result.mirror):
+        raise typer.Exit(1)
 
 
 def _changes_table(rows: list[dict]) -> Table:
@@ -177,31 +200,11 @@ def mirror_position(
     as_json: bool = typer.Option(False, "--json", help="One JSON object per mirror sink."),
 ) -> None:
     """Print the binlog position each mirror (and changelog_table) target's last commit
-    reflects."""
+    reflects; for a Delta mirror also each table's last commit."""
     import json
 
-    from mysqlcdc.config.loader import load_pipeline
-    from dataclasses import replace
-
-    from mysqlcdc.config.models import ChangelogTableSinkConfig, MirrorSinkConfig
-    from mysqlcdc.pipeline.runner import schema_history_dir
-    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
-    from mysqlcdc.sinks.mirror import from_sink_config, read_position
-
     try:
-        cfg = load_pipeline(pipeline)
-        rows = []
-        for index, sink in enumerate(cfg.sinks):
-            settings = None
-            if isinstance(sink, MirrorSinkConfig):
-                settings = from_sink_config(sink, cfg.name, schema_history_dir(cfg, index))
-            elif isinstance(sink, ChangelogTableSinkConfig):
-                t = table_settings(sink, cfg.name, schema_history_dir(cfg, index))
-                settings = replace(t.target, pipeline=t.ledger_name)
-            if settings is not None:
-                rows.append({"sink": index, "type": sink.type, "target": sink.target,
-                             "at": f"{settings.host}:{settings.port}",
-                             **read_position(settings)})
+        cfg, rows = _mirror_positions(pipeline)
     except MysqlcdcError as err:
         _fail(err)
     if as_json:
@@ -209,13 +212,45 @@ def mirror_position(
             sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
         return
     t = Table(title=f"mirror position of {cfg.name}")
-    for name in ("sink", "target", "batch", "position", "seq", "stopped tables"):
+    for name in ("sink", "target", "table", "batch", "position", "seq", "stopped tables"):
         t.add_column(name, overflow="fold")
     for r in rows:
         stopped = "; ".join(f"{s['table']} ({s['code']})" for s in r["stopped"]) or "-"
-        t.add_row(str(r["sink"]), f"{r['target']} {r['at']}", str(r["batch_id"]),
-                  r["position"] or "-", r["seq"] or "-", stopped)
+        t.add_row(str(r["sink"]), f"{r['target']} {r['at']}", "every table",
+                  str(r["batch_id"]), r["position"] or "-", r["seq"] or "-", stopped)
+        for tbl in r.get("tables", []):
+            t.add_row("", "", f"{tbl['table']} (version {tbl['version']})",
+                      str(tbl["batch_id"]), tbl["position"] or "-", "", "")
     out.print(t)
+
+
+def _mirror_positions(pipeline: Path):
+    from dataclasses import replace
+
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.config.models import ChangelogTableSinkConfig, MirrorSinkConfig
+    from mysqlcdc.pipeline.runner import schema_history_dir, sink_checkpoint
+    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
+    from mysqlcdc.sinks.mirror import from_sink_config, read_position
+    from mysqlcdc.sinks.mirror.writer import ledger_key
+
+    cfg = load_pipeline(pipeline)
+    rows = []
+    for index, sink in enumerate(cfg.sinks):
+        settings = None
+        if isinstance(sink, MirrorSinkConfig):
+            settings = from_sink_config(sink, cfg.name, schema_history_dir(cfg, index), index)
+        elif isinstance(sink, ChangelogTableSinkConfig):
+            t = table_settings(sink, cfg.name, schema_history_dir(cfg, index))
+            settings = replace(t.target, pipeline=t.ledger_name)
+        if settings is not None:
+            settings = replace(settings, pipeline=ledger_key(settings.pipeline,
+                                                             sink_checkpoint(cfg, index)))
+            at = settings.path if settings.target == "delta" else \
+                f"{settings.host}:{settings.port}"
+            rows.append({"sink": index, "type": sink.type, "target": settings.target, "at": at,
+                         **read_position(settings)})
+    return cfg, rows
 
 
 @app.command()

@@ -675,26 +675,39 @@ class _TargetConnection(_Model):
         return self._password
 
     def target_port(self) -> int:
-        return self.port or {"postgresql": 5432, "mysql": 3306, "redis": 6379}[self.target]
+        return self.port or {"postgresql": 5432, "mysql": 3306, "redis": 6379}.get(self.target, 0)
 
     def target_database(self) -> str:
         return self.database or {"postgresql": "postgres", "mysql": "mysqlcdc",
-                                 "redis": "0"}[self.target]
+                                 "redis": "0"}.get(self.target, "")
 
 
 class MirrorSinkConfig(_TargetConnection):
-    """The current state of every captured table kept live in a target database: each
-    micro-batch is reduced to the last change per key and applied in one target
-    transaction together with its row in ``mysqlcdc_offsets`` (a replayed batch changes
-    nothing). Schema changes and truncates are applied; a change the target cannot
-    apply stops that table (recorded in ``mysqlcdc_mirror_stopped``), the others flow.
-    See README "Mirror the tables" for the type mapping."""
+    """The current state (or, with `mode: history`, every version) of every captured table
+    kept live in a target: PostgreSQL, MySQL/MariaDB, Redis or Delta Lake tables. Each
+    micro-batch is reduced to the last change per key and applied as one target
+    transaction together with its row in ``mysqlcdc_offsets`` (Delta: one commit per table
+    and one in the `_mysqlcdc_offsets` table, each carrying the batch id), so a replayed
+    batch changes nothing. Schema changes and truncates are applied; a change the target
+    cannot apply stops that table (recorded with the ledger), the others flow.
+    See README "Mirror the tables" for the type mappings."""
 
     type: Literal["mirror"] = Field(
         "mirror", description="Sink type; set by the key of the sink mapping."
     )
-    target: Literal["postgresql", "mysql", "redis"] = Field(
-        description="The target: `postgresql`, `mysql` (MySQL and MariaDB) or `redis`."
+    target: Literal["postgresql", "mysql", "redis", "delta"] = Field(
+        description="The target: `postgresql`, `mysql` (MySQL and MariaDB), `redis` or "
+        "`delta` (Delta Lake tables under `path`, written with delta-rs)."
+    )
+    mode: Literal["current", "history"] = Field(
+        "current", description="`current`: one row per key, as the source has it. `history` "
+        "(postgresql, mysql, delta): every version of every row, with `valid_from`, "
+        "`valid_to` (commit times), `valid_from_seq`, `valid_to_seq` and `is_current`."
+    )
+    path: StoragePath | None = Field(
+        None, description="delta: the root folder; source table `db.t` becomes the Delta "
+        "table `<path>/db/t`. A local path (relative to the YAML file's folder) or a mount "
+        "every Spark executor sees."
     )
     key_template: str = Field(
         "{db}:{table}:{pk}", description="redis: the key of a row's hash over `{db}`, "
@@ -704,6 +717,18 @@ class MirrorSinkConfig(_TargetConnection):
         None, gt=0, description="redis: expire every written key after this many seconds; "
         "null: keys do not expire."
     )
+    compact_every: Every | None = Field(
+        None, description="delta: merge each table's small files into files of about "
+        "`target_file_mb` every this many micro-batches (`100`) or this often (`'1h'`), then "
+        "vacuum files replaced more than `vacuum_after` ago. Unset: never."
+    )
+    target_file_mb: int = Field(
+        128, ge=1, le=4096, description="delta: the file size compaction aims for, in MiB."
+    )
+    vacuum_after: Duration = Field(
+        "7d", description="delta: replaced files stay this long for readers of older versions "
+        "(time travel, `read_consistent`), then compaction's vacuum deletes them."
+    )
 
     @model_validator(mode="after")
     def _target_options(self) -> Self:
@@ -711,6 +736,18 @@ class MirrorSinkConfig(_TargetConnection):
             raise PydanticCustomError("key_template", "key_template must end with {pk}")
         if self.target == "redis" and not self.target_database().isdigit():
             raise PydanticCustomError("redis_db", "database must be a number for target redis")
+        if self.mode == "history" and self.target == "redis":
+            raise PydanticCustomError("mirror_mode", "mode history needs target postgresql, "
+                                      "mysql or delta (a Redis hash holds one version)")
+        if (self.target == "delta") != (self.path is not None):
+            raise PydanticCustomError("mirror_path", "path is required for target delta and "
+                                      "only used by it")
+        if self.target != "delta" and self.compact_every is not None:
+            raise PydanticCustomError("delta_only", "compact_every needs target delta")
+        if self.target == "delta" and "://" in str(self.path) and \
+                not str(self.path).startswith("file:"):
+            raise PydanticCustomError("mirror_path", "the delta mirror writes to a local or "
+                                      "mounted folder; object-store URIs are not supported yet")
         return self
 
 
@@ -720,7 +757,7 @@ class ChangelogTableSinkConfig(_TargetConnection):
     the old image and a +1 of the new), `uow_id` (transaction), `gsn` (global sequence
     number, unique and increasing across tables), `server_id` and `binlog_position`.
     Created and altered from the schema history; one transaction per batch with its
-    `mysqlcdc_offsets` row (`<pipeline>#changelog`)."""
+    `mysqlcdc_offsets` row (`<pipeline>#changelog@<query id>`)."""
 
     type: Literal["changelog_table"] = Field(
         "changelog_table", description="Sink type; set by the key of the sink mapping."

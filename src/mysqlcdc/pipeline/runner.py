@@ -207,7 +207,8 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
             if history is None:
                 raise ConfigError(f"sink {index} (mirror) needs a local spark.checkpoint: it "
                                   "reads table definitions from the schema history kept there")
-            q = start_mirror(df, mirror_settings(sink, cfg.name, history), checkpoint=checkpoint,
+            q = start_mirror(df, mirror_settings(sink, cfg.name, history, index),
+                             checkpoint=checkpoint,
                              trigger_interval=trigger, name=name)
         elif isinstance(sink, ChangelogTableSinkConfig):
             from mysqlcdc.sinks.changelog_table import (from_sink_config as table_settings,

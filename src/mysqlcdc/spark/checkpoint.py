@@ -13,7 +13,7 @@ from pathlib import Path
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["local_dir", "batch_offset", "latest_offset", "offset_data", "planned_batches",
-           "committed_batches"]
+           "committed_batches", "query_id"]
 
 
 def local_dir(checkpoint: str) -> Path | None:
@@ -71,3 +71,14 @@ def latest_offset(checkpoint: Path) -> BinlogPosition | None:
         if found is not None:
             return found
     return None
+
+
+def query_id(checkpoint: str | None) -> str | None:
+    """The id Spark keeps in ``<checkpoint>/metadata`` for the life of the checkpoint."""
+    local = local_dir(checkpoint) if checkpoint else None
+    if local is None:
+        return None
+    try:
+        return json.loads((local / "metadata").read_text().splitlines()[0]).get("id")
+    except (OSError, ValueError, IndexError):
+        return None

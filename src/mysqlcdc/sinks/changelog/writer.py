@@ -95,19 +95,6 @@ def _remove_expired_while_running(spark, query, path: str) -> None:
     spark.streams.addListener(RemoveExpired())
 
 
-def _query_id(checkpoint: str | None) -> str | None:
-    """The id Spark keeps in ``<checkpoint>/metadata`` for the life of the checkpoint."""
-    from mysqlcdc.spark.checkpoint import local_dir
-
-    local = local_dir(checkpoint) if checkpoint else None
-    if local is None:
-        return None
-    try:
-        return json.loads((local / "metadata").read_text().splitlines()[0]).get("id")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _clock_from_history(settings: ChangelogSettings) -> CompactionClock:
     """A compaction clock that remembers the table's last compaction across restarts."""
     clock = CompactionClock(settings)
@@ -138,7 +125,7 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
     and statistics; the driver then makes the batch's one Delta commit naming those
     files. Files of a batch killed before its commit are in no version: no reader
     sees them, and vacuum removes them."""
-    from mysqlcdc.spark.checkpoint import batch_offset, local_dir
+    from mysqlcdc.spark.checkpoint import batch_offset, local_dir, query_id
 
     uri = table_uri(settings.path)
     local = local_dir(checkpoint) if checkpoint else None
@@ -146,7 +133,7 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
 
     def run(df, batch_id: int) -> None:
         if "app_id" not in state:
-            state["app_id"] = settings.app_id(_query_id(checkpoint))
+            state["app_id"] = settings.app_id(query_id(checkpoint))
             state["clock"] = _clock_from_history(settings) if settings.maintains else None
         if not _already(uri, state["app_id"], batch_id):
             started = time.perf_counter()
