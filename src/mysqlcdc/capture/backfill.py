@@ -150,8 +150,10 @@ class SnapshotPhase:
                         "nowhere to hand signals to the driver, so signals are ignored")
 
     # -- the first offset -------------------------------------------------------------
-    def initial(self, start: BinlogPosition) -> dict:
-        offset = {"file": start.file, "pos": start.pos}
+    def initial(self, start: BinlogPosition, offset: dict | None = None) -> dict:
+        """The first offset: ``offset`` (the stream's, by default ``start`` alone) with the
+        initial snapshot's work when the mode asks for one."""
+        offset = dict(offset or {"file": start.file, "pos": start.pos})
         if self.options.snapshot_mode == "never":
             return offset
         p = self.planner()
@@ -368,7 +370,10 @@ class SnapshotPhase:
         fresh = {"tables": tables, "chunk": chunk + UNCHUNKED_SPAN, "reset": reset,
                  "signals": snap.get("signals")}
         planned = self._plan(fresh) if tables else _canonical(fresh)
-        return {"file": now.file, "pos": now.pos, "snapshot": planned}
+        out: dict = {"file": now.file, "pos": now.pos}
+        if start.get("epoch"):                 # the seq epoch survives a new snapshot
+            out["epoch"] = start["epoch"]
+        return {**out, "snapshot": planned}
 
     def streams(self, end: dict) -> bool:
         """False for the batch that opens a new snapshot: its range was purged."""

@@ -15,6 +15,8 @@ decode ``[start, end)``, which re-reads to exactly the same rows on replay.
 from __future__ import annotations
 
 import logging
+import time
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -32,11 +34,16 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from mysqlcdc.capture.backfill import SnapshotPhase
+from mysqlcdc.capture.control import SeekRequest, StreamControl
 from mysqlcdc.capture.planner import RangePlanner
+from mysqlcdc.capture.positions import PositionFinder, resolve_start
+from mysqlcdc.capture.server import list_binlogs
 from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.envelope.model import ENVELOPE_DDL
-from mysqlcdc.errors import BinlogPurgedError
+from mysqlcdc.errors import BinlogPurgedError, SourceChangedError
+from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol import retry
+from mysqlcdc.spark.batches import finish_batches
 from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
 
@@ -45,8 +52,20 @@ __all__ = ["MysqlcdcDataSource"]
 log = logging.getLogger(__name__)
 
 
-def _offset(position: BinlogPosition) -> dict:
-    return {"file": position.file, "pos": position.pos}   # stable key order
+def _offset(position: BinlogPosition, gtid: str | None = None, ts: int | None = None,
+            epoch: int = 0) -> dict:
+    """An offset: ``file``, ``pos``, then (when known) ``gtid``, the GTID set of every
+    transaction before the position, ``ts``, the commit time (ms) of the last one, and
+    ``epoch``, how many failovers the pipeline followed. Key order is fixed: Spark finds
+    "no new data" by comparing the JSON text."""
+    out: dict = {"file": position.file, "pos": position.pos}
+    if gtid is not None:
+        out["gtid"] = gtid
+    if ts is not None:
+        out["ts"] = ts
+    if epoch:
+        out["epoch"] = epoch
+    return out
 
 
 def _position(offset: dict) -> BinlogPosition:
@@ -54,20 +73,20 @@ def _position(offset: dict) -> BinlogPosition:
 
 
 class RangePartition(InputPartition):
-    """One read task: a picklable RangeTask."""
+    """One read task: a picklable RangeTask, the seq epoch and where to count rows."""
 
-    def __init__(self, task: RangeTask) -> None:
+    def __init__(self, task: RangeTask, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(task)
-        self.task = task
+        self.task, self.epoch, self.counts = task, epoch, counts
 
 
 class ChunkPartition(InputPartition):
     """One snapshot chunk (or the records that open a new snapshot): a picklable
     ``ChunkTask`` / ``ResetTask``."""
 
-    def __init__(self, chunk) -> None:
+    def __init__(self, chunk, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(chunk)
-        self.chunk = chunk
+        self.chunk, self.epoch, self.counts = chunk, epoch, counts
 
 
 def _read_chunk(chunk) -> Iterator[pa.RecordBatch]:
@@ -108,12 +127,20 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
         self._snapshot = SnapshotPhase(options, lambda: self.planner)
+        folder = options.schema_history
+        self._control = None if folder is None else StreamControl(folder)
+        self._counts = None if folder is None else str(Path(folder) / "counts")
+        self._runway_at = float("-inf")
 
     @property
     def planner(self) -> RangePlanner:
         if self._planner is None:
             self._planner = RangePlanner(self.options)
         return self._planner
+
+    def _finder(self, p: RangePlanner) -> PositionFinder:
+        return PositionFinder(self.options.settings, self.options.server_id, p._sql,
+                              self.options.retry)
 
     def _through_outages(self, plan):
         """``plan(planner)``, retried through an outage of the source: Spark ends the
@@ -125,8 +152,12 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           on_retry=lambda: self._planner and self._planner.drop_connection())
 
     def initialOffset(self) -> dict:
-        start = self._through_outages(lambda p: p.resolve(self.options.start))
-        return self._through_outages(lambda p: self._snapshot.initial(start))
+        seek = self._control.pending_seek() if self._control is not None else None
+        if seek is not None:                # a seek before the first batch: start there
+            return seek.offset()
+        start, gtid = self._through_outages(lambda p: resolve_start(
+            p, self._finder(p), self.options.start))
+        return self._through_outages(lambda p: self._snapshot.initial(start, _offset(start, gtid)))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_events_per_batch
@@ -136,24 +167,83 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._through_outages(lambda p: p.current())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        control = self._control
+        if control is not None:
+            if control.paused():
+                return start                   # paused: no new micro-batch
+            seek = control.pending_seek()
+            if seek is not None:
+                if start.get("seek") != seek.id:
+                    return self._seek_batch(start, seek)
+                control.retire_seek(seek)      # planned from the position: done
         # The initial snapshot's chunks (the binlog waits at its start), if any.
         held = self._through_outages(lambda p: self._snapshot.held(start))
         if held is not None:
             return held
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        begin = _position(start)
+        self._note_next_file(begin)
         try:
-            end = _offset(self._through_outages(
-                lambda p: p.next_end(_position(start), max_events, self._target)))
+            end = self._through_outages(lambda p: p.next_end(begin, max_events, self._target))
         except BinlogPurgedError as exc:      # snapshotMode when_needed: a new snapshot
-            return self._through_outages(lambda p: self._snapshot.purged(start, exc))
+            return self._through_outages(lambda p, purged=exc: self._snapshot.purged(start, purged))
+        moved = start if end == begin else self._through_outages(
+            lambda p: self._end_offset(p, start, begin, end))
         # backfills asked for by signals, read beside the stream
-        return self._through_outages(lambda p: self._snapshot.after_stream(start, end))
+        return self._through_outages(lambda p: self._snapshot.after_stream(start, moved))
+
+    def _end_offset(self, p: RangePlanner, start: dict, begin: BinlogPosition,
+                    end: BinlogPosition) -> dict:
+        """The end offset of ``[begin, end)``: the start's GTID set with the range's
+        transactions added (the scan that found ``end`` collected them)."""
+        scan = p._last_scan
+        if scan is None or (scan.start, scan.end) != (begin, end):
+            scan = p.scan(begin, end, None)
+        gtid = start.get("gtid")
+        if gtid is None:                       # a checkpoint from before offsets had GTIDs
+            gtid = str(self._finder(p).gtid_at(begin))
+        gtid = str(GtidSet.parse(gtid).add_all(scan.gtids))
+        return _offset(end, gtid, scan.last_ts or start.get("ts"), int(start.get("epoch", 0)))
+
+    def _note_next_file(self, begin: BinlogPosition) -> None:
+        """Record (in source.json) when the binlog file after ``begin``'s was created: the
+        server purges ``begin``'s file its expiry after that, which is what the binlog
+        runway metric counts down. At most every 30 s; never fails the query."""
+        now = time.monotonic()
+        if self.options.schema_history is None or now - self._runway_at < 30:
+            return
+        self._runway_at = now
+
+        def note(p: RangePlanner) -> None:
+            names = [name for name, _ in list_binlogs(p._sql())]
+            if begin.file in names and names[-1] != begin.file:
+                after = names[names.index(begin.file) + 1]
+                if after not in p._load_record().get("files", {}):
+                    p._check_file(after, self._finder(p).head(after).born)
+        try:
+            note(self.planner)
+        except SourceChangedError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - a metric's input; the next try may work
+            log.debug("binlog runway: %s", exc)
+
+    def _seek_batch(self, start: dict, seek: SeekRequest) -> dict:
+        """A micro-batch that reads nothing and ends at the seek's position. A seek
+        forward on the same server walks the skipped range's DDL into the history first."""
+        begin = _position(start)
+        if seek.history == "keep" and int(start.get("epoch", 0)) == seek.epoch \
+                and begin < seek.position:
+            self._through_outages(lambda p: p.walk_ddl(begin, seek.position))
+        return seek.offset()
 
     def reportLatestOffset(self) -> dict | None:
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        chunks = [ChunkPartition(c) for c in self._through_outages(
+        if end.get("seek") is not None and end.get("seek") != start.get("seek"):
+            return []                          # the seek batch: nothing to read
+        epoch, counts = int(end.get("epoch", 0)), self._counts
+        chunks = [ChunkPartition(c, epoch, counts) for c in self._through_outages(
             lambda p: self._snapshot.tasks(end))]
         if not self._snapshot.streams(end):
             return chunks                       # a new snapshot: the range was purged
@@ -165,7 +255,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("the binlog of %s..%s was purged before this batch read it; the "
                         "next batch snapshots the tables again", start, end)
             return chunks
-        return chunks + [RangePartition(t) for t in self._tapped(tasks)]
+        return chunks + [RangePartition(t, epoch, counts) for t in self._tapped(tasks)]
 
     def _tapped(self, tasks: list[RangeTask]) -> list[RangeTask]:
         """The range tasks, handing the signal table's rows to the driver."""
@@ -183,10 +273,13 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         chunk = getattr(partition, "chunk", None)
         if chunk is not None:
-            return _read_chunk(chunk)
+            return finish_batches(_read_chunk(chunk), partition.epoch, partition.counts)
         task = getattr(partition, "task", None)
         # Spark hands an empty range a single placeholder partition of its own.
-        return iter(()) if task is None else read_range(task)
+        if task is None:
+            return iter(())
+        return finish_batches(read_range(task), getattr(partition, "epoch", 0),
+                              getattr(partition, "counts", None))
 
     def commit(self, end: dict) -> None:
         pass   # progress lives in Spark's checkpoint; nothing to release server-side
@@ -205,7 +298,9 @@ class MysqlcdcBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planner = RangePlanner(self.options)
         try:
-            start = planner.resolve(self.options.start)
+            finder = PositionFinder(self.options.settings, self.options.server_id,
+                                    planner._sql, self.options.retry)
+            start = resolve_start(planner, finder, self.options.start, gtid=False)[0]
             end = planner.resolve(self.options.end)
             if end <= start:
                 return []
