@@ -1,6 +1,6 @@
 """`mysqlcdc serve`'s service: two pipelines in one SparkSession, managed over real HTTP
 (uvicorn on a free port): create, pause, resume, stop, seek (both directions, confirmed),
-start, delete; metrics that count what the workload wrote, per table and op, and lag; the
+start, delete, a backfill; metrics that count what the workload wrote, per table and op, and lag; the
 dashboard rendered by headless Chromium; the API token."""
 
 from __future__ import annotations
@@ -140,6 +140,17 @@ def test_two_pipelines_managed_over_http(served, mariadb, tmp_path):
         assert http.post("/pipelines/alpha/resume").json()["state"] == "running"
         _wait(lambda: http.get("/pipelines/alpha").json()["rows_total"] == 35, what="resumed")
 
+        # backfill: some rows of a table read again while alpha streams (a signal row)
+        refused = http.post("/pipelines/alpha/snapshot", json={"tables": [f"{b}.t"]})
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["code"] == "SNAPSHOT_REQUEST_INVALID"
+        asked = http.post("/pipelines/alpha/snapshot",
+                          json={"tables": [f"{a}.t"], "where": "id <= 5"})
+        assert asked.status_code == 202 and asked.json()["tables"] == [f"{a}.t"], asked.text
+        _wait(lambda: http.get("/pipelines/alpha").json()["rows_total"] == 40, what="backfill")
+        read = service.spark.read.parquet(str(folder / "alpha-changelog")).where("op = 'r'")
+        assert sorted(json.loads(r["key"])["id"] for r in read.collect()) == [1, 2, 3, 4, 5]
+
         # Mistakes come back named, with the status their kind calls for.
         bad = http.post("/pipelines", content="name: gamma\nsource: {host: x, user: u}\n"
                         "spark: {checkpoint: ck}\nsinks: [{console: {}}]\n")
@@ -166,7 +177,7 @@ def test_two_pipelines_managed_over_http(served, mariadb, tmp_path):
         assert http.post("/pipelines/beta/stop").json()["state"] == "stopped"
         mariadb.sql(f"INSERT INTO `{b}`.t VALUES (100, 100)",
                     f"INSERT INTO `{a}`.t VALUES (100, 100)")
-        _wait(lambda: http.get("/pipelines/alpha").json()["rows_total"] == 36, what="alpha")
+        _wait(lambda: http.get("/pipelines/alpha").json()["rows_total"] == 41, what="alpha")
         assert http.post("/pipelines/beta/start").json()["state"] == "running"
         _wait(lambda: http.get("/pipelines/beta").json()["rows_total"] >= 13, what="beta resumed")
         changes = service.spark.read.parquet(str(folder / "beta-changelog")).count()

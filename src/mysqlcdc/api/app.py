@@ -26,7 +26,7 @@ from mysqlcdc.api.service import PipelineConflictError, PipelineService, Unknown
 from mysqlcdc.errors import (ConfigError, GtidPositionError, MysqlcdcError, SeekError,
                              ServerIdInUseError, SourceChangedError, UnauthorizedError)
 
-__all__ = ["create_app", "Poller", "SeekBody", "SourceBody"]
+__all__ = ["create_app", "Poller", "SeekBody", "SourceBody", "SnapshotBody"]
 
 _COOKIE = "mysqlcdc_token"
 _OPEN = ("/healthz", "/login")
@@ -41,6 +41,15 @@ class SeekBody(BaseModel):
         None, description="`skip` for a seek forward (changes in between are never "
         "delivered), `replay` for one backward (they are delivered again). A seek whose "
         "direction is not confirmed is refused with SEEK_NOT_CONFIRMED and changes nothing.")
+
+
+class SnapshotBody(BaseModel):
+    """Tables a pipeline snapshots again while it streams (an on-demand backfill)."""
+
+    tables: list[str] = Field(min_length=1, description="DB.TABLE names the pipeline "
+                              "captures, one or more.")
+    where: Optional[str] = Field(None, description="Only the rows this SQL condition selects, "
+                                 "such as `id BETWEEN 1 AND 1000`.")
 
 
 class SourceBody(BaseModel):
@@ -163,6 +172,12 @@ def create_app(service: PipelineService, token: str | None = None):
                       "(confirm skip or replay); takes effect at its next start")
     def seek_pipeline(name: str, body: SeekBody) -> dict:
         return service.seek(name, body.to, body.confirm)
+
+    @app.post("/pipelines/{name}/snapshot", status_code=202,
+              summary="Backfill: snapshot tables (optionally some rows) while the pipeline "
+                      "streams; a row in its signal table, read in binlog order")
+    def snapshot_pipeline(name: str, body: SnapshotBody) -> dict:
+        return service.request_snapshot(name, body.tables, body.where)
 
     @app.post("/pipelines/{name}/source",
               summary="Point a stopped pipeline at another server of its replication "

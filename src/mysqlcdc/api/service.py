@@ -265,6 +265,18 @@ class PipelineService:
             log.warning("pipeline %s: seek to %s (%s) requested", name, plan.to, plan.direction)
             return plan.as_json()
 
+    def request_snapshot(self, name: str, tables: list[str], where: str | None) -> dict:
+        """Ask a pipeline for a backfill of ``tables`` (see ``pipeline.snapshot_admin``);
+        its stream takes the request when it reaches the signal row, running or not."""
+        from mysqlcdc.pipeline.snapshot_admin import request_snapshot
+
+        state = self._loaded(name)
+        req = request_snapshot(state.config, tables, where)
+        log.warning("pipeline %s: snapshot of %s requested (signal %s)", name,
+                    ", ".join(req.tables), req.id)
+        return {"id": req.id, "tables": list(req.tables), "where": req.where,
+                "signal_table": req.signal_table}
+
     def set_source(self, name: str, host: str, port: int) -> PipelineState:
         """Point a stopped pipeline at another server (a failover): its config file is
         rewritten; the next start follows the failover by the checkpoint's GTID set."""
