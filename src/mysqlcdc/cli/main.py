@@ -23,6 +23,9 @@ def _fail(err: MysqlcdcError) -> None:
     console.print(f"[bold red]error[/] [{err.code}] {err.message}", highlight=False)
     if err.hint:
         console.print(f"  [yellow]hint:[/] {err.hint}", highlight=False)
+    detail = getattr(err, "detail", "")
+    if detail:     # user code's traceback (a transform, a plugin)
+        console.print(detail.rstrip("\n"), highlight=False, markup=False, style="dim")
     raise typer.Exit(2)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer, PlainValidator
-from pydantic import StringConstraints, ValidationInfo
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from mysqlcdc.types import BinlogPosition
@@ -35,9 +35,16 @@ __all__ = [
     "SparkConfValue",
     "EnvVarName",
     "TypeName",
+    "StrictModel",
     "context_base_dir",
     "context_env",
 ]
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
 
 @dataclass(frozen=True)
 class TypeName:

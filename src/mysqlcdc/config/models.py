@@ -49,6 +49,7 @@ from mysqlcdc.config.fields import (
     EnvVarName,
     Every,
     LocalPath,
+    StrictModel,
     SparkConfValue,
     StartFrom,
     StoragePath,
@@ -58,6 +59,8 @@ from mysqlcdc.config.fields import (
 )
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.config.secret import Secret
+from mysqlcdc.config.transforms import (TRANSFORM_TYPES, AnyTransformConfig, DeadLetterConfig,
+                                        DottedPath, ModuleName, uses_dead_letters)
 
 __all__ = [
     "PipelineConfig",
@@ -72,7 +75,10 @@ __all__ = [
     "KafkaSinkConfig",
     "MirrorSinkConfig",
     "ChangelogTableSinkConfig",
+    "PluginsSinkConfig",
     "AnySinkConfig",
+    "TRANSFORM_TYPES",
+    "DeadLetterConfig",
     "SINK_TYPES",
     "MAX_SERVER_ID",
     "models_in",
@@ -81,10 +87,7 @@ __all__ = [
 MAX_SERVER_ID = 2**32 - 1
 
 
-class _Model(BaseModel):
-    """Base of every config model: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
+_Model = StrictModel   # base of every config model: unknown keys are errors
 
 
 # --- source ------------------------------------------------------------------
@@ -356,7 +359,17 @@ class SparkConfig(_Model):
 # --- sinks -------------------------------------------------------------------
 
 
-class ChangelogSinkConfig(_Model):
+class _SinkModel(_Model):
+    """What every sink accepts besides its own options."""
+
+    transforms: list[AnyTransformConfig] = Field(
+        default_factory=list,
+        description="Transforms for this sink only, applied after the pipeline's `transforms` "
+        "(same forms as there).",
+    )
+
+
+class ChangelogSinkConfig(_SinkModel):
     """``changelog``: appends every change envelope to a partitioned table of changes,
     in Parquet (Spark's file sink) or Delta Lake (one idempotent commit per batch)."""
 
@@ -420,7 +433,7 @@ class ChangelogSinkConfig(_Model):
         return self
 
 
-class ConsoleSinkConfig(_Model):
+class ConsoleSinkConfig(_SinkModel):
     """``console``: prints each micro-batch's changes, for trying a pipeline out."""
 
     type: Literal["console"] = Field(
@@ -430,7 +443,7 @@ class ConsoleSinkConfig(_Model):
     truncate: bool = Field(True, description="Cut long values to 20 characters.")
 
 
-class KafkaSinkConfig(_Model):
+class KafkaSinkConfig(_SinkModel):
     """``kafka``: publishes every change to Kafka, one topic per table, keyed by primary key.
 
     Changes of one key go to one partition in ``seq`` order; a batch counts as done only
@@ -546,7 +559,7 @@ class KafkaSinkConfig(_Model):
         return dict(self._secrets)
 
 
-class _TargetConnection(_Model):
+class _TargetConnection(_SinkModel):
     """Connection settings shared by the sinks that write into a database server."""
 
     host: str = Field("127.0.0.1", min_length=1, description="Target server host.")
@@ -667,8 +680,29 @@ class ChangelogTableSinkConfig(_TargetConnection):
     )
 
 
+class PluginsSinkConfig(_SinkModel):
+    """``plugins``: FlexCDC-style callbacks. Each listed class is instantiated once per run
+    and called in binlog order: `begin_trx`, one `insert` / `delete` / `update_before` +
+    `update_after` per row image, then `commit_trx` (or `rollback_trx` for a transaction
+    the server logged with ROLLBACK), with a transaction id kept across restarts and a
+    global sequence number per row image. Callbacks run on the driver once per micro-batch;
+    a batch replayed after a failure calls them again (`ctx.batch_id` tells). The Plugin
+    protocol is in README "Your own logic"."""
+
+    type: Literal["plugins"] = Field(
+        "plugins", exclude=True, repr=False, description="Set from the mapping key; not written."
+    )
+    plugins: list[DottedPath] = Field(
+        min_length=1, description="Plugin classes, called in this order, such as "
+        "`mypkg.audit:AuditPlugin`."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Anything the plugins read as `ctx.options`."
+    )
+
+
 _SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig,
-                   ChangelogTableSinkConfig]
+                   ChangelogTableSinkConfig, PluginsSinkConfig]
 
 SINK_TYPES: dict[str, type[_Model]] = {
     cls.model_fields["type"].default: cls for cls in get_args(_SinkUnion)
@@ -725,11 +759,40 @@ class PipelineConfig(_Model):
     )
     source: SourceConfig = Field(description="The server to capture from.")
     spark: SparkConfig = Field(description="The Spark session and streaming query.")
+    transforms: list[AnyTransformConfig] = Field(
+        default_factory=list,
+        description="Transforms applied in order to every change before every sink: one-key "
+        "mappings such as `- mask: {columns: [shop.user.email]}` (see the sections below).",
+    )
+    transforms_path: list[LocalPath] = Field(
+        default_factory=list,
+        description="Folders searched first for the modules of `python` transforms, `helpers` "
+        "and plugins (relative to the YAML file's folder); their code is shipped to Spark's "
+        "executors.",
+    )
+    helpers: list[ModuleName] = Field(
+        default_factory=list,
+        description="Modules whose public functions user code gets as `helpers.NAME` (next to "
+        "the built-in `obfuscate`, `hash` and `mask`).",
+    )
+    dead_letter: DeadLetterConfig | None = Field(
+        None, description="Where events go that a transform with `on_error: dead_letter` could "
+        "not process; required when one has it."
+    )
     sinks: list[AnySinkConfig] = Field(
         min_length=1,
         description="Where changes go: a list of one-key mappings such as "
         "`- changelog: {path: ./changelog}`; at least one.",
     )
+
+    @model_validator(mode="after")
+    def _dead_letter_target(self) -> Self:
+        every = list(self.transforms) + [t for s in self.sinks for t in s.transforms]
+        if uses_dead_letters(every) and self.dead_letter is None:
+            raise PydanticCustomError(
+                "dead_letter_missing", "a transform has on_error: dead_letter, so `dead_letter` "
+                "must say where those events go (path: or kafka:)")
+        return self
 
     @model_validator(mode="after")
     def _sink_server_ids_fit(self) -> Self:

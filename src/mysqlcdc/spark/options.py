@@ -26,6 +26,8 @@ Options (case-insensitive, as Spark passes them)::
     snapshotChunkRows                rows per snapshot chunk (default 50000)
     includeQuery                     true: the statement text (ANNOTATE_ROWS / ROWS_QUERY)
                                      in each row's ``query`` field
+    emitRollbacks                    true: a record with op ``x`` where a transaction whose
+                                     rows are in the binlog ends with ROLLBACK (plugins sink)
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class SourceOptions:
     include_query: bool = False
     snapshot_mode: str = "never"
     snapshot_chunk_rows: int = 50_000
+    emit_rollbacks: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -144,6 +147,7 @@ class SourceOptions:
             include_query=_choice(options, "includeQuery", ("false", "true")) == "true",
             snapshot_mode=_choice(options, "snapshotMode", ("never", "initial", "initial_only")),
             snapshot_chunk_rows=_int(options, "snapshotChunkRows", 50_000),
+            emit_rollbacks=_choice(options, "emitRollbacks", ("false", "true")) == "true",
         )
 
 
