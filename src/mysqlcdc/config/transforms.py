@@ -264,6 +264,10 @@ class PythonConfig(_TransformModel):
                                            "the function sets, name to type.")
     typed_values: bool = Field(True, description="Give images typed values (Decimal, date, "
                                "bytes ...) from the schema history; false: the JSON values.")
+    ops: list[Literal["c", "u", "d", "r", "t", "s"]] = Field(
+        default_factory=lambda: ["c", "u", "d", "r"], min_length=1,
+        description="The ops the function sees (row changes by default); other events "
+        "pass by untouched, in order. Batch functions see every event.")
 
     @model_validator(mode="after")
     def _one_function(self) -> Self:

@@ -50,7 +50,7 @@ def build_transform(model, label: str) -> Transform:
     elif kind == "python":
         t = PythonTransform(model.function, model.batch_function, on_error=model.on_error,
                             columns={n: ARROW_TYPES[c] for n, c in model.columns.items()},
-                            typed=model.typed_values)
+                            typed=model.typed_values, ops=tuple(model.ops))
     elif kind == "outbox":
         t = Outbox(model.table, id=model.id, aggregate_type=model.aggregate_type,
                    aggregate_id=model.aggregate_id, event_type=model.event_type,
@@ -86,9 +86,7 @@ def sink_chain(cfg: PipelineConfig, index: int, *, history_dir: str | None,
                           "a local folder (or a mount every executor sees)")
     return Chain(transforms=transforms, pipeline=cfg.name,
                  sink=f"{index}-{cfg.sinks[index].type}", history_dir=history_dir,
-                 state_dir=state_dir, helpers=tuple(cfg.helpers),
-                 search_paths=tuple(str(p) for p in cfg.transforms_path),
-                 dead_letters=dead_letters)
+                 state_dir=state_dir, helpers=tuple(cfg.helpers), dead_letters=dead_letters)
 
 
 def user_modules(cfg: PipelineConfig) -> list[str]:

@@ -21,7 +21,6 @@ import pyarrow.compute as pc
 
 from mysqlcdc.transforms.api import DeadLetterWriter, TaskPlace, Transform, TransformContext
 from mysqlcdc.transforms.batch import EventBatch
-from mysqlcdc.transforms.loader import add_search_paths
 
 __all__ = ["Chain", "SPARK_TYPES"]
 
@@ -39,8 +38,7 @@ class Chain:
     sink: str = "0-sink"
     history_dir: str | None = None       # the query's schema history (typed event values)
     state_dir: str | None = None         # where ordered transforms keep their state
-    helpers: tuple[str, ...] = ()        # helper module names
-    search_paths: tuple[str, ...] = ()   # transforms_path folders (local runs)
+    helpers: tuple[str, ...] = ()        # helper module names (shipped with addPyFile)
     dead_letters: DeadLetterWriter | None = None
     _helpers: object = field(default=None, repr=False, compare=False)
 
@@ -81,7 +79,6 @@ class Chain:
         from mysqlcdc.transforms.events import Definitions
         from mysqlcdc.transforms.helpers import Helpers
 
-        add_search_paths(self.search_paths)
         if self._helpers is None:
             self._helpers = Helpers.build(self.helpers)
         definitions = Definitions(self.history_dir)

@@ -29,7 +29,7 @@ from mysqlcdc.schema.model import TableDef
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["Definitions", "to_events", "from_events", "ENVELOPE_NAMES", "IMAGE_NAMES",
-           "plain_event"]
+           "plain_event", "Untouched"]
 
 ENVELOPE_NAMES = tuple(name for name, _, _ in ENVELOPE_FIELDS)
 IMAGE_NAMES = ("before", "after", "key", "moved_key")
@@ -67,6 +67,10 @@ class Definitions:
             hit = self._coders[id(definition)] = (definition, image_decoder(definition),
                                                    image_encoder(definition))
         return hit[1], hit[2]
+
+
+class Untouched(dict):
+    """An envelope row (images still JSON text) that goes back out as it came in."""
 
 
 def _row_ops(op: str | None) -> bool:
@@ -107,6 +111,10 @@ def from_events(events: Iterable[dict[str, Any]], schema: pa.Schema,
     """Event dicts -> a record batch of ``schema`` (images encoded back to JSON text)."""
     columns: dict[str, list] = {name: [] for name in schema.names}
     for event in events:
+        if type(event) is Untouched:
+            for name, values in columns.items():
+                values.append(event.get(name))
+            continue
         encode = None
         if definitions is not None and _row_ops(event.get("op")):
             definition = definitions.at(event.get("db"), event.get("table"), event.get("file"),

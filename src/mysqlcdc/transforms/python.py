@@ -36,7 +36,8 @@ import pyarrow as pa
 from mysqlcdc.errors import TransformError, TransformResultError
 from mysqlcdc.transforms.api import Transform, TransformContext
 from mysqlcdc.transforms.batch import EventBatch
-from mysqlcdc.transforms.events import ENVELOPE_NAMES, from_events, plain_event, to_events
+from mysqlcdc.transforms.events import (ENVELOPE_NAMES, Untouched, from_events, plain_event,
+                                        to_events)
 from mysqlcdc.transforms.loader import resolve
 
 __all__ = ["PythonTransform"]
@@ -70,8 +71,9 @@ class PythonTransform(Transform):
 
     def __init__(self, function: str | None = None, batch_function: str | None = None,
                  on_error: str = "fail", columns: dict[str, pa.DataType] | None = None,
-                 typed: bool = True) -> None:
+                 typed: bool = True, ops: tuple[str, ...] = ("c", "u", "d", "r")) -> None:
         self.function, self.batch_function = function, batch_function
+        self.ops = frozenset(ops)
         self.on_error = on_error
         self._columns = dict(columns or {})
         self.typed = typed
@@ -107,6 +109,9 @@ class PythonTransform(Transform):
         names = set(schema.names)
         out: list[dict[str, Any]] = []
         for row, event in zip(rows, events):
+            if event["op"] not in self.ops:
+                out.append(Untouched(row))    # not for this function: passes as it came
+                continue
             try:
                 result = fn(event, ctx.helpers) if with_helpers else fn(event)
                 produced = _results(result, event, names)
