@@ -8,9 +8,11 @@ attempt already wrote (its versions sort after the seqs that ask about them, or 
 the replay's own). A TRUNCATE is a version under a reserved key that hides every
 older row of its table.
 
-Old versions are pruned: when batch N starts, batch N-1 is committed, so no lookup
-will ever ask below the first seq of batch N; of the keys batch N-1 touched, every
-version older than the newest one below that seq is deleted.
+Old versions are pruned: Spark replays only the last uncommitted micro-batch, so when
+batch N starts no lookup will ever ask below the first seq of batch N. The store keeps
+more than that (a checkpoint rolled back by hand a few batches still replays exactly):
+of the keys touched before batch N - KEEP_BATCHES, every version older than the newest
+one below the first seq of batch N - KEEP_BATCHES is deleted.
 
 The file lives in the sink's checkpoint folder (``<checkpoint>/<i>-<sink>/transforms/``),
 which the ordered stage's single task must see (local, or a shared mount on a cluster).
@@ -25,6 +27,7 @@ from typing import Iterable
 __all__ = ["VersionStore", "TRUNCATED", "seq_text"]
 
 TRUNCATED = "\x00truncate"
+KEEP_BATCHES = 100
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS versions (
     tbl TEXT NOT NULL, k TEXT NOT NULL, seq TEXT NOT NULL, image TEXT,
@@ -32,6 +35,7 @@ CREATE TABLE IF NOT EXISTS versions (
 CREATE TABLE IF NOT EXISTS touched (
     batch_id INTEGER NOT NULL, tbl TEXT NOT NULL, k TEXT NOT NULL,
     PRIMARY KEY (batch_id, tbl, k)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS batches (batch_id INTEGER PRIMARY KEY, first_seq TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS refs (
     tbl TEXT NOT NULL, j INTEGER NOT NULL, v TEXT NOT NULL, k TEXT NOT NULL, seq TEXT NOT NULL,
     PRIMARY KEY (tbl, j, v, k, seq)) WITHOUT ROWID;
@@ -59,7 +63,14 @@ class VersionStore:
         self.batch_id = batch_id
         self.db.execute("BEGIN")
         if first_seq is not None:
-            self._prune(batch_id, seq_text(first_seq))
+            self.db.execute("INSERT OR REPLACE INTO batches VALUES (?, ?)",
+                            (batch_id, seq_text(first_seq)))
+        horizon = self.db.execute(
+            "SELECT batch_id, first_seq FROM batches WHERE batch_id <= ? ORDER BY batch_id DESC "
+            "LIMIT 1", (batch_id - KEEP_BATCHES,)).fetchone()
+        if horizon is not None:
+            self._prune(horizon[0], horizon[1])
+            self.db.execute("DELETE FROM batches WHERE batch_id < ?", (horizon[0],))
 
     def commit(self) -> None:
         self.db.execute("COMMIT")

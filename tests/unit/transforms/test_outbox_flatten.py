@@ -100,12 +100,21 @@ def test_flatten_deletes_truncates_and_pruning(tmp_path):
     from mysqlcdc.transforms.state import VersionStore
 
     store = VersionStore(f.state_file(str(tmp_path)))
-    assert store.count() == 3    # seqs 2, 3, 5: seq 1 was pruned when batch 1 began
+    assert store.count() == 4            # kept: a rolled-back checkpoint may still replay
     store.close()
     out = _run(f, [row("c", "user", after={"userid": 1, "v": 9}, seq=7),
                    row("t", "user", seq=8),
                    row("c", "reservation", after={"id": 3, "userid": 1}, seq=9)], tmp_path, 2)
     assert _reservations(out)[0][1]["user"] is None               # truncated before it
+    # KEEP_BATCHES later, what only batches 0 and 1 could ask for is pruned
+    from mysqlcdc.transforms.state import KEEP_BATCHES
+
+    _run(f, [row("c", "user", after={"userid": 2, "v": 1}, seq=100)], tmp_path, 1 + KEEP_BATCHES)
+    store = VersionStore(f.state_file(str(tmp_path)))
+    assert store.count() == 6            # only user 1's seq 1 went: batch 1 starts at seq 3
+    assert store.get("shop.user", "1", 3) == '{"userid":1,"v":2}'
+    assert store.get("shop.user", "1", 9) is None and store.get("shop.user", "1", 6) is None
+    store.close()
 
 
 def test_flatten_reemits_rows_pointing_at_a_changed_row(tmp_path):
