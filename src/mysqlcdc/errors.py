@@ -360,7 +360,7 @@ class TransformError(TerminalError):
 
     def __init__(self, message: str, *, detail: str = "", hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
-        self.detail = detail
+        self.detail = detail      # the user's traceback
 
 
 class TransformResultError(TransformError):
@@ -380,8 +380,8 @@ class PluginError(TerminalError):
             "callbacks are replayed from its first transaction.")
 
     def __init__(self, message: str, *, detail: str = "", hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
-        self.detail = detail
+        TerminalError.__init__(self, message, hint=hint)
+        self.detail = detail      # the plugin's traceback
 
 
 class DeadLetterWriteError(TransientError):

@@ -50,6 +50,9 @@ from mysqlcdc.config.fields import (
     Every,
     LocalPath,
     StrictModel,
+    one_key_unwrapper,
+    check_env_names,
+    secrets_from_env,
     SparkConfValue,
     StartFrom,
     StoragePath,
@@ -540,18 +543,11 @@ class KafkaSinkConfig(_SinkModel):
     @field_validator("producer_config_env")
     @classmethod
     def _env_vars_set(cls, names: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        missing = sorted(n for n in names.values() if n not in context_env(info))
-        if missing:
-            raise PydanticCustomError(
-                "env_var_missing", "environment variable(s) {names} not set",
-                {"names": ", ".join(missing)},
-            )
-        return names
+        return check_env_names(names, info)
 
     @model_validator(mode="after")
     def _read_secrets(self, info: ValidationInfo) -> Self:
-        env = context_env(info)
-        self._secrets = {k: Secret(env[v]) for k, v in self.producer_config_env.items()}
+        self._secrets = secrets_from_env(self.producer_config_env, info)
         return self
 
     def secret_producer_config(self) -> dict[str, Secret]:
@@ -710,28 +706,7 @@ SINK_TYPES: dict[str, type[_Model]] = {
 """Sink models by the key that selects them in YAML."""
 
 
-def _unwrap_sink(value: object) -> object:
-    """``{"changelog": {...}}`` -> ``{"type": "changelog", ...}`` for the tagged union."""
-    if isinstance(value, tuple(SINK_TYPES.values())):
-        return value
-    if not isinstance(value, dict) or len(value) != 1:
-        raise PydanticCustomError(
-            "sink_shape", "each sink is a one-key mapping such as `- changelog: {path: ./cl}`"
-        )
-    ((kind, options),) = value.items()
-    if kind not in SINK_TYPES:
-        raise PydanticCustomError(
-            "sink_type",
-            "unknown sink type '{kind}'; expected one of: {known}",
-            {"kind": kind, "known": ", ".join(SINK_TYPES)},
-        )
-    options = {} if options is None else options
-    if not isinstance(options, dict) or "type" in options:
-        raise PydanticCustomError(
-            "sink_options", "the options of sink '{kind}' must be a mapping of its options",
-            {"kind": kind},
-        )
-    return {**options, "type": kind}
+_unwrap_sink = one_key_unwrapper(SINK_TYPES, "sink", "- changelog: {path: ./cl}")
 
 
 AnySinkConfig = Annotated[

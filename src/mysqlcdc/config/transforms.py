@@ -16,7 +16,8 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import Self
 
 from mysqlcdc.config.fields import (EnvVarName, SparkConfValue, StoragePath, TablePattern,
-                                    StrictModel, TypeName, context_env)
+                                    StrictModel, TypeName, check_env_names, context_env,
+                                    one_key_unwrapper, secrets_from_env)
 from mysqlcdc.config.secret import Secret
 
 __all__ = ["AnyTransformConfig", "TRANSFORM_TYPES", "DeadLetterConfig", "DottedPath",
@@ -352,25 +353,8 @@ TRANSFORM_TYPES: dict[str, type[_Model]] = {
 }
 
 
-def _unwrap(value: object) -> object:
-    """``{"mask": {...}}`` -> ``{"type": "mask", ...}`` for the tagged union."""
-    if isinstance(value, tuple(TRANSFORM_TYPES.values())):
-        return value
-    if not isinstance(value, dict) or len(value) != 1:
-        raise PydanticCustomError("transform_shape", "each transform is a one-key mapping such "
-                                  "as `- mask: {columns: [shop.user.email]}`")
-    ((kind, options),) = value.items()
-    if kind not in TRANSFORM_TYPES:
-        raise PydanticCustomError("transform_type", "unknown transform '{kind}'; expected one "
-                                  "of: {known}", {"kind": kind, "known": ", ".join(TRANSFORM_TYPES)})
-    options = {} if options is None else options
-    if not isinstance(options, dict):
-        raise PydanticCustomError("transform_options", "the options of transform '{kind}' must "
-                                  "be a mapping", {"kind": kind})
-    if "type" in options:
-        raise PydanticCustomError("transform_options", "transform '{kind}' has no option "
-                                  "'type'", {"kind": kind})
-    return {**options, "type": kind}
+_unwrap = one_key_unwrapper(TRANSFORM_TYPES, "transform",
+                            "- mask: {columns: [shop.user.email]}")
 
 
 AnyTransformConfig = Annotated[_TransformUnion, Discriminator("type"), BeforeValidator(_unwrap)]
@@ -395,16 +379,11 @@ class DeadLetterKafkaConfig(_Model):
     @field_validator("producer_config_env")
     @classmethod
     def _env_vars_set(cls, names: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        missing = sorted(n for n in names.values() if n not in context_env(info))
-        if missing:
-            raise PydanticCustomError("env_var_missing", "environment variable(s) {names} not "
-                                      "set", {"names": ", ".join(missing)})
-        return names
+        return check_env_names(names, info)
 
     @model_validator(mode="after")
     def _read(self, info: ValidationInfo) -> Self:
-        env = context_env(info)
-        self._secrets = {k: Secret(env[v]) for k, v in self.producer_config_env.items()}
+        self._secrets = secrets_from_env(self.producer_config_env, info)
         return self
 
     def producer(self) -> dict[str, str]:

@@ -14,6 +14,7 @@ masked in the key too; schema-change and truncate records pass unchanged.
 from __future__ import annotations
 
 import hashlib
+from fnmatch import fnmatchcase
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -34,6 +35,14 @@ ARROW_TYPES = {"string": pa.string(), "long": pa.int64(), "double": pa.float64()
                "boolean": pa.bool_()}
 
 
+def _selected(events: EventBatch, pattern: ColumnPattern) -> tuple[np.ndarray, list] | None:
+    """The rows of the tables a column pattern names, and their ``db.table`` names."""
+    rows = events.rows_of(pattern.tables)
+    if not len(rows):
+        return None
+    return rows, events.table_names().take(pa.array(rows)).to_pylist()
+
+
 def _tables(patterns: Iterable[str] | None) -> TableFilter | None:
     patterns = tuple(patterns or ())
     return TableFilter(patterns) if patterns else None
@@ -52,13 +61,10 @@ class _ColumnEdit(Transform):
         raise NotImplementedError
 
     def apply(self, events: EventBatch, ctx: TransformContext) -> EventBatch:
-        rows = events.rows_of(self.pattern.tables)
-        if not len(rows):
-            return events
-        names = events.table_names().take(pa.array(rows)).to_pylist()
-        for column in IMAGE_COLUMNS:
+        selected = _selected(events, self.pattern)
+        for column in IMAGE_COLUMNS if selected else ():
             if events.has(column):
-                self._edit(events, column, rows, names)
+                self._edit(events, column, *selected)
         return events
 
     def _edit(self, events: EventBatch, column: str, rows: np.ndarray, names: list) -> None:
@@ -149,71 +155,63 @@ class Truncate(_ColumnEdit):
 # --- reshaping images -------------------------------------------------------
 
 
-class DropColumns(Transform):
-    """``drop_columns``: the named fields leave ``before`` and ``after`` (the key keeps its
-    columns: hash a key column instead of dropping it)."""
+class _Reshape(Transform):
+    """Rewrite whole images that hold fields the ``columns`` patterns name."""
 
-    kind = "drop_columns"
+    image_columns: tuple[str, ...] = IMAGE_COLUMNS
 
     def __init__(self, columns: Iterable[str]) -> None:
         self.pattern = ColumnPattern(columns)
 
+    def reshape(self, image: dict, table: str, fields: tuple[str, ...]) -> dict:
+        raise NotImplementedError
+
     def apply(self, events: EventBatch, ctx: TransformContext) -> EventBatch:
-        rows = events.rows_of(self.pattern.tables)
-        if not len(rows):
-            return events
-        names = events.table_names().take(pa.array(rows)).to_pylist()
-        for column in ("before", "after"):
+        selected = _selected(events, self.pattern)
+        for column in self.image_columns if selected else ():
+            if not events.has(column):
+                continue
+            rows, names = selected
             images = events.images(column, rows)
-            dropped = False
+            touched = False
             for i, name in zip(rows.tolist(), names):
                 image = images[i]
-                if image:
-                    for f in self.pattern.fields(name, image):
-                        del image[f]
-                        dropped = True
-            if dropped:
+                fields = self.pattern.fields(name, image) if image else ()
+                if fields:
+                    images[i] = self.reshape(image, name, fields)
+                    touched = True
+            if touched:
                 events.changed(column)
         return events
 
 
-class Rename(Transform):
+class DropColumns(_Reshape):
+    """``drop_columns``: the named fields leave ``before`` and ``after`` (the key keeps its
+    columns: hash a key column instead of dropping it)."""
+
+    kind = "drop_columns"
+    image_columns = ("before", "after")
+
+    def reshape(self, image: dict, table: str, fields: tuple[str, ...]) -> dict:
+        for f in fields:
+            del image[f]
+        return image
+
+
+class Rename(_Reshape):
     """``rename``: fields get new names in every image, the key included (order kept)."""
 
     kind = "rename"
 
     def __init__(self, columns: Mapping[str, str]) -> None:
-        self.pattern = ColumnPattern(columns)
+        super().__init__(columns)
         self._by_pattern = dict(columns)
 
-    def apply(self, events: EventBatch, ctx: TransformContext) -> EventBatch:
-        rows = events.rows_of(self.pattern.tables)
-        if not len(rows):
-            return events
-        names = events.table_names().take(pa.array(rows)).to_pylist()
-        for column in IMAGE_COLUMNS:
-            if not events.has(column):
-                continue
-            images = events.images(column, rows)
-            renamed = False
-            for i, name in zip(rows.tolist(), names):
-                image = images[i]
-                if image:
-                    fields = self.pattern.fields(name, image)
-                    if fields:
-                        images[i] = self._renamed(image, name, fields)
-                        renamed = True
-            if renamed:
-                events.changed(column)
-        return events
-
-    def _renamed(self, image: dict, table: str, fields: tuple[str, ...]) -> dict:
+    def reshape(self, image: dict, table: str, fields: tuple[str, ...]) -> dict:
         new_names = {f: self._new_name(table, f) for f in fields}
         return {new_names.get(k, k): v for k, v in image.items()}
 
     def _new_name(self, table: str, field: str) -> str:
-        from fnmatch import fnmatchcase
-
         db, name = table.split(".", 1)
         for pattern, new in self._by_pattern.items():
             pdb, ptable, pcol = pattern.split(".")
