@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.envelope.model import ROW_OPS
 
-__all__ = ["EventBatch", "ColumnPattern", "IMAGE_COLUMNS", "UNPARSED"]
+__all__ = ["EventBatch", "ColumnPattern", "IMAGE_COLUMNS", "UNPARSED", "parse_json_column"]
 
 IMAGE_COLUMNS = ("before", "after", "key", "moved_key")
 
@@ -86,6 +86,18 @@ class EventBatch:
 
     # --- images -----------------------------------------------------------------
 
+    def rows_mentioning(self, name: str, rows: np.ndarray, fields: Iterable[str]) -> np.ndarray:
+        """Of ``rows``, those whose ``name`` image text holds one of ``fields`` as a key
+        (an Arrow substring test; an image without it needs no parsing)."""
+        texts = self.column(name).take(pa.array(rows, pa.int64()))
+        hit = None
+        for field in fields:
+            found = pc.match_substring(texts, _dumps(field).decode() + ":")
+            hit = found if hit is None else pc.or_(hit, found)
+        if hit is None:
+            return rows[:0]
+        return rows[np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), bool)]
+
     def images(self, name: str, rows: np.ndarray | None = None) -> list:
         """The parsed images of column ``name`` (a list as long as the batch): the rows
         in ``rows`` (default: all) are parsed dicts or None; others may be UNPARSED."""
@@ -102,7 +114,7 @@ class EventBatch:
             todo = [i for i in rows.tolist() if parsed[i] is UNPARSED]
         if todo:
             texts = self.column(name).take(pa.array(todo, pa.int64()))
-            for i, value in zip(todo, _parse_all(texts)):
+            for i, value in zip(todo, parse_json_column(texts)):
                 parsed[i] = value
         return parsed
 
@@ -153,7 +165,7 @@ class EventBatch:
         self._dirty.clear()
 
 
-def _parse_all(texts: pa.Array) -> list:
+def parse_json_column(texts: pa.Array) -> list:
     """JSON texts (nulls allowed) -> Python values, in one orjson call."""
     filled = pc.fill_null(texts, "null")
     one_list = pa.ListArray.from_arrays(pa.array([0, len(filled)], pa.int32()), filled)
@@ -174,9 +186,23 @@ class ColumnPattern:
         self._parts = parts
         self.tables = TableFilter(tuple(dict.fromkeys(t for t, _ in parts)))
         self._memo: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
+        self._exact: dict[str, tuple[str, ...]] = {}
+        # every column part a plain name: an image's fields are found by lookup
+        self.exact = not any(any(c in col for c in "*?[") for _, col in parts)
+
+    def names_for(self, table_name: str) -> tuple[str, ...]:
+        """With plain column names: those the patterns name for ``db.table``."""
+        hit = self._exact.get(table_name)
+        if hit is None:
+            db, table = table_name.split(".", 1)
+            hit = self._exact[table_name] = tuple(dict.fromkeys(
+                c for t, c in self._parts if _table_matches(t, db, table)))
+        return hit
 
     def fields(self, table_name: str, keys: Iterable[str]) -> tuple[str, ...]:
         """The fields of an image of ``db.table`` (its ``keys``) that the patterns name."""
+        if self.exact:
+            return tuple(f for f in self.names_for(table_name) if f in keys)
         keys = tuple(keys)
         memo_key = (table_name, keys)
         hit = self._memo.get(memo_key)

@@ -68,6 +68,13 @@ class _ColumnEdit(Transform):
         return events
 
     def _edit(self, events: EventBatch, column: str, rows: np.ndarray, names: list) -> None:
+        if self.pattern.exact:        # parse only images whose text holds a named field
+            wanted = set(events.rows_mentioning(
+                column, rows, {f for n in set(names) for f in self.pattern.names_for(n)}).tolist())
+            pairs = [(i, n) for i, n in zip(rows.tolist(), names) if i in wanted]
+            if not pairs:
+                return
+            rows, names = np.array([i for i, _ in pairs]), [n for _, n in pairs]
         images = events.images(column, rows)
         spots: list[tuple[dict, str]] = []
         for i, name in zip(rows.tolist(), names):

@@ -22,9 +22,10 @@ import orjson
 import pyarrow as pa
 
 from mysqlcdc.envelope.model import ENVELOPE_FIELDS, OP_SCHEMA, OP_TRUNCATE
-from mysqlcdc.envelope.values import image_decoder, image_encoder
+from mysqlcdc.envelope.values import image_decoder, image_dumper
 from mysqlcdc.errors import TransformResultError
 from mysqlcdc.schema.history import SchemaHistory
+from mysqlcdc.transforms.batch import parse_json_column
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.types import BinlogPosition
 
@@ -61,11 +62,11 @@ class Definitions:
         return self._memo[key]
 
     def coders(self, definition: TableDef | None) -> tuple:
-        """(decode, encode) of images for a definition (cached per definition)."""
+        """(decode, dump) of images for a definition (cached per definition)."""
         hit = self._coders.get(id(definition))
         if hit is None or hit[0] is not definition:
             hit = self._coders[id(definition)] = (definition, image_decoder(definition),
-                                                   image_encoder(definition))
+                                                   image_dumper(definition))
         return hit[1], hit[2]
 
 
@@ -77,23 +78,32 @@ def _row_ops(op: str | None) -> bool:
     return op not in (OP_SCHEMA, OP_TRUNCATE)
 
 
-def to_events(batch: pa.RecordBatch, definitions: Definitions | None) -> list[dict[str, Any]]:
-    """Every row of ``batch`` as an event dict with typed images."""
-    events = batch.to_pylist()
-    for event in events:
-        seq = event.get("seq")
-        if isinstance(seq, Decimal):
-            event["seq"] = int(seq)
-        decode = None
-        if definitions is not None and _row_ops(event.get("op")):
-            definition = definitions.at(event["db"], event["table"], event["file"], event["pos"])
-            decode = definitions.coders(definition)[0]
-        for name in IMAGE_NAMES:
-            text = event.get(name)
-            if text is not None:
-                image = _loads(text)
-                event[name] = decode(image) if decode is not None and type(image) is dict \
-                    else image
+_PLAIN = (image_decoder(None), image_dumper(None))
+
+
+def _coders_for(definitions: Definitions | None, event: dict) -> tuple:
+    if definitions is None or not _row_ops(event.get("op")):
+        return _PLAIN
+    return definitions.coders(definitions.at(event["db"], event["table"], event["file"],
+                                             event["pos"]))
+
+
+def to_events(batch: pa.RecordBatch, definitions: Definitions | None,
+              rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every row of ``batch`` (or the given ``batch.to_pylist()``) as an event dict with
+    typed images; each image column is parsed in one orjson call."""
+    rows = batch.to_pylist() if rows is None else rows
+    events = [dict(r) for r in rows]
+    seqs = batch.column("seq").cast(pa.string()).to_pylist()
+    for event, seq in zip(events, seqs):
+        event["seq"] = None if seq is None else int(seq)
+    images = {name: parse_json_column(batch.column(name)) for name in IMAGE_NAMES
+              if name in batch.schema.names}
+    for i, event in enumerate(events):
+        decode = _coders_for(definitions, event)[0]
+        for name, parsed in images.items():
+            image = parsed[i]
+            event[name] = decode(image) if type(image) is dict else image
     return events
 
 
@@ -109,33 +119,31 @@ def plain_event(row: dict[str, Any]) -> dict[str, Any]:
 def from_events(events: Iterable[dict[str, Any]], schema: pa.Schema,
                 definitions: Definitions | None) -> pa.RecordBatch:
     """Event dicts -> a record batch of ``schema`` (images encoded back to JSON text)."""
-    columns: dict[str, list] = {name: [] for name in schema.names}
+    events = list(events)
+    columns: dict[str, list] = {name: [e.get(name) for e in events] for name in schema.names
+                                if name not in IMAGE_NAMES}
+    images = [name for name in IMAGE_NAMES if name in schema.names]
+    texts: dict[str, list] = {name: [] for name in images}
     for event in events:
         if type(event) is Untouched:
-            for name, values in columns.items():
-                values.append(event.get(name))
+            for name in images:
+                texts[name].append(event.get(name))
             continue
-        encode = None
-        if definitions is not None and _row_ops(event.get("op")):
-            definition = definitions.at(event.get("db"), event.get("table"), event.get("file"),
-                                        event.get("pos"))
-            encode = definitions.coders(definition)[1]
-        for name, values in columns.items():
-            value = event.get(name)
-            if name in IMAGE_NAMES and value is not None:
-                value = _image_text(name, value, encode)
-            elif name == "seq" and value is not None:
-                value = Decimal(int(value))
-            values.append(value)
+        dump = _coders_for(definitions, event)[1]
+        for name in images:
+            texts[name].append(_image_text(name, event.get(name), dump))
+    columns.update(texts)
     return _batch(columns, schema)
 
 
-def _image_text(name: str, value: Any, encode) -> str:
+def _image_text(name: str, value: Any, dump) -> str | None:
+    if value is None:
+        return None
     if not isinstance(value, dict):
         raise TransformResultError(f"event field {name!r} must be a dict or None, "
                                    f"got {type(value).__name__}")
     try:
-        return _dumps(encode(value) if encode is not None else value).decode()
+        return dump(value).decode()
     except (TypeError, orjson.JSONEncodeError) as err:
         raise TransformResultError(f"event field {name!r} holds a value with no JSON "
                                    f"encoding: {err}") from None

@@ -105,7 +105,7 @@ class PythonTransform(Transform):
             if name not in schema.names:
                 schema = schema.append(pa.field(name, typ))
         rows = batch.to_pylist()
-        events = to_events(batch, definitions)
+        events = to_events(batch, definitions, rows)
         names = set(schema.names)
         out: list[dict[str, Any]] = []
         for row, event in zip(rows, events):

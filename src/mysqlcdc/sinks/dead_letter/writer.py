@@ -111,9 +111,10 @@ class KafkaDeadLetters:
                 producer.send(self.topic, key, json.dumps(record).encode(),
                               [("transform", letter.transform.encode())])
             producer.finish(self.timeout_s + 5)
-        except (KafkaDeliveryError, KafkaException) as err:
+        except (KafkaDeliveryError, KafkaException, TimeoutError) as err:
+            reason = str(err) or f"no answer within {self.timeout_s:.0f} s"
             raise DeadLetterWriteError(f"cannot write dead letters to topic {self.topic}: "
-                                       f"{err}") from None
+                                       f"{reason}") from None
 
     def _ensure_topic(self) -> None:
         from confluent_kafka import KafkaError, KafkaException
