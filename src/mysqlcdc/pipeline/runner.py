@@ -268,6 +268,10 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
 
     if resume_from_sink or wants_sink_resume(cfg):
         cfg = sink_resume(cfg)
+    if cfg.transforms or any(s.transforms for s in cfg.sinks):
+        from mysqlcdc.pipeline.transforms import check_user_code
+
+        check_user_code(cfg)     # a typo in user code stops here, before any server or Spark
     checked_preflight(cfg)
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop

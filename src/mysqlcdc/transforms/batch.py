@@ -86,17 +86,17 @@ class EventBatch:
 
     # --- images -----------------------------------------------------------------
 
-    def rows_mentioning(self, name: str, rows: np.ndarray, fields: Iterable[str]) -> np.ndarray:
-        """Of ``rows``, those whose ``name`` image text holds one of ``fields`` as a key
-        (an Arrow substring test; an image without it needs no parsing)."""
+    def mentions(self, name: str, rows: np.ndarray, fields: Iterable[str]) -> np.ndarray:
+        """Per row of ``rows``: does its ``name`` image text hold one of ``fields`` as a key?
+        (An Arrow substring test: an image without it needs no parsing.)"""
         texts = self.column(name).take(pa.array(rows, pa.int64()))
         hit = None
         for field in fields:
             found = pc.match_substring(texts, _dumps(field).decode() + ":")
             hit = found if hit is None else pc.or_(hit, found)
         if hit is None:
-            return rows[:0]
-        return rows[np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), bool)]
+            return np.zeros(len(rows), dtype=bool)
+        return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
 
     def images(self, name: str, rows: np.ndarray | None = None) -> list:
         """The parsed images of column ``name`` (a list as long as the batch): the rows

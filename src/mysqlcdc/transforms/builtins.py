@@ -68,19 +68,23 @@ class _ColumnEdit(Transform):
         return events
 
     def _edit(self, events: EventBatch, column: str, rows: np.ndarray, names: list) -> None:
-        if self.pattern.exact:        # parse only images whose text holds a named field
-            wanted = set(events.rows_mentioning(
-                column, rows, {f for n in set(names) for f in self.pattern.names_for(n)}).tolist())
-            pairs = [(i, n) for i, n in zip(rows.tolist(), names) if i in wanted]
-            if not pairs:
+        pattern = self.pattern
+        if pattern.exact:         # parse only images whose text holds a named field
+            fields = {f for n in set(names) for f in pattern.names_for(n)}
+            keep = np.flatnonzero(events.mentions(column, rows, fields))
+            if not len(keep):
                 return
-            rows, names = np.array([i for i, _ in pairs]), [n for _, n in pairs]
+            rows, names = rows[keep], [names[j] for j in keep.tolist()]
         images = events.images(column, rows)
         spots: list[tuple[dict, str]] = []
+        add = spots.append
+        named = {n: pattern.names_for(n) for n in set(names)} if pattern.exact else None
         for i, name in zip(rows.tolist(), names):
             image = images[i]
             if image:
-                spots.extend((image, f) for f in self.pattern.fields(name, image))
+                for f in named[name] if named is not None else pattern.fields(name, image):
+                    if f in image:
+                        add((image, f))
         if not spots:
             return
         new = self.new_values([image[f] for image, f in spots])
@@ -89,10 +93,18 @@ class _ColumnEdit(Transform):
         events.changed(column)
 
 
+def _text(v) -> str | None:
+    t = type(v)
+    if v is None or t is str:
+        return v
+    if t is int:
+        return str(v)                     # an int's JSON text, without a call into orjson
+    return orjson.dumps(v).decode()
+
+
 def _texts(values: list) -> pa.Array:
     """Values as text: strings as they are, others as their JSON text; null stays null."""
-    return pa.array([v if v is None or isinstance(v, str) else orjson.dumps(v).decode()
-                     for v in values], pa.string())
+    return pa.array([_text(v) for v in values], pa.string())
 
 
 class Mask(_ColumnEdit):
