@@ -5,7 +5,8 @@ workloads (one update per two inserts), run through
 
 * ``builtins``: mask (keep the last 4) + hash (salted) + filter (a predicate on an image
   field that keeps every row), the chain of ``bench/transforms_bench.py``;
-* ``python``: a per-event python function that changes one field;
+* ``python``: a per-event python function that changes one field, with typed values
+  (the table's columns in a schema history, as a pipeline has them);
 
 best of ``--reps`` runs each, alternating, CPU time of this process.
 
@@ -23,7 +24,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 
+from mysqlcdc.schema.history import SchemaHistory  # noqa: E402
+from mysqlcdc.schema.model import ColumnDef, TableDef  # noqa: E402
 from mysqlcdc.transforms.api import TaskPlace  # noqa: E402
+from mysqlcdc.types import BinlogPosition  # noqa: E402
 from mysqlcdc.transforms.builtins import Filter, Hash, Mask  # noqa: E402
 from mysqlcdc.transforms.chain import Chain  # noqa: E402
 from mysqlcdc.transforms.python import PythonTransform  # noqa: E402
@@ -59,7 +63,28 @@ def _batch(workload: str):
     return batch(*rows)
 
 
-def _chains(workload: str) -> dict[str, Chain]:
+def _definition(workload: str) -> TableDef:
+    """The bench table's columns as the schema history holds them (typed python values)."""
+    if workload == "narrow":
+        cols = [ColumnDef("id", "int", is_primary_key=True), ColumnDef("val", "int"),
+                ColumnDef("name", "varchar", charset="utf8mb4")]
+    else:
+        cols = [ColumnDef("id", "bigint", is_primary_key=True), ColumnDef("c_tiny", "tinyint"),
+                ColumnDef("c_small", "smallint"), ColumnDef("c_int", "int"),
+                ColumnDef("c_ubig", "bigint", unsigned=True),
+                ColumnDef("c_dec", "decimal", precision=20, scale=6),
+                ColumnDef("c_float", "float"), ColumnDef("c_double", "double"),
+                ColumnDef("c_vc", "varchar", charset="utf8mb4"),
+                ColumnDef("c_text", "text", charset="utf8mb4"), ColumnDef("c_date", "date"),
+                ColumnDef("c_dt", "datetime", fsp=6), ColumnDef("c_ts", "timestamp", fsp=3),
+                ColumnDef("c_time", "time", fsp=3), ColumnDef("c_year", "year"),
+                ColumnDef("c_enum", "enum", enum_values=("red", "green", "blue", "cyan")),
+                ColumnDef("c_set", "set", set_values=("a", "b", "c", "d")),
+                ColumnDef("c_bit", "bit", length=8), ColumnDef("c_blob", "blob", charset="binary")]
+    return TableDef("bench", workload, tuple(cols))
+
+
+def _chains(workload: str, history: str | None = None) -> dict[str, Chain]:
     masked, hashed, field = ("name", "val", "val") if workload == "narrow" else \
         ("c_vc", "c_text", "c_int")
     table = f"bench.{workload}"
@@ -67,7 +92,7 @@ def _chains(workload: str) -> dict[str, Chain]:
         "builtins": Chain([Mask([f"{table}.{masked}"], keep_last=4),
                            Hash([f"{table}.{hashed}"], salt="s"),
                            Filter(keep=f"after.{field} is not None or op == 'd'")]),
-        "python": Chain([PythonTransform(f"bench_micro_{workload}:touch")]),
+        "python": Chain([PythonTransform(f"bench_micro_{workload}:touch")], history_dir=history),
     }
 
 
@@ -83,7 +108,10 @@ def main() -> None:
         column = "name" if workload == "narrow" else "c_vc"
         (folder / f"bench_micro_{workload}.py").write_text(CODE.replace("{column}", column))
         b = _batch(workload)
-        chains = _chains(workload)
+        history = folder / f"history-{workload}"
+        SchemaHistory(history).bootstrap(BinlogPosition.of("mariadb-bin.000001", 4),
+                                         {("bench", workload): _definition(workload)})
+        chains = _chains(workload, str(history))
         best = {name: float("inf") for name in chains}
         for _ in range(args.reps):
             for name, chain in chains.items():

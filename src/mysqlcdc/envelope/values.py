@@ -41,8 +41,8 @@ from typing import Any, Callable
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
 
-__all__ = ["image_decoder", "image_encoder", "image_dumper", "encode_value", "time_text",
-           "PYTHON_TYPES"]
+__all__ = ["image_decoder", "image_decoder_keeping", "image_encoder", "image_dumper",
+           "encode_value", "time_text", "PYTHON_TYPES"]
 
 PYTHON_TYPES = __doc__
 
@@ -87,11 +87,12 @@ def _to_datetime(v: str) -> datetime | str:
 
 
 def _to_time(v: str) -> timedelta:
-    sign = -1 if v.startswith("-") else 1
-    hms, _, frac = v.lstrip("-").partition(".")
-    h, m, s = (int(x) for x in hms.split(":"))
-    return sign * timedelta(hours=h, minutes=m, seconds=s,
-                            microseconds=int((frac + "000000")[:6]) if frac else 0)
+    negative = v[0] == "-"
+    h, m, rest = (v[1:] if negative else v).split(":")
+    s, _, frac = rest.partition(".")
+    us = int(frac.ljust(6, "0")[:6]) if frac else 0
+    t = timedelta(seconds=int(h) * 3600 + int(m) * 60 + int(s), microseconds=us)
+    return -t if negative else t
 
 
 def _to_bytes(v: str) -> bytes:
@@ -211,18 +212,49 @@ def _generic(value: Any) -> Any:
 _OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
-def image_dumper(table: TableDef | None) -> Callable[[Image], bytes]:
-    """A typed image -> its envelope JSON text (bytes), in one pass: the columns whose type
-    needs it are encoded by that type, anything else of a non-JSON type generically."""
+Originals = dict[str, tuple[Any, Any]]    # column -> (typed value handed out, its JSON value)
+
+
+def image_dumper(table: TableDef | None) -> Callable[..., bytes]:
+    """``dump(image, originals=None)``: a typed image -> its envelope JSON text (bytes), in
+    one pass. Columns whose type needs it are encoded by that type, except a value that
+    is still the very (immutable) object :func:`image_decoder_keeping` handed out, which
+    gets its original JSON value back without any work; anything else of a non-JSON type
+    is encoded generically."""
     plan = [] if table is None else [(c.name, c) for c in table.columns if _kind(c) is not None]
     dumps = orjson.dumps
 
-    def dump(image: Image) -> bytes:
+    def dump(image: Image, originals: Originals | None = None) -> bytes:
         if plan:
             image = dict(image)
             for name, col in plan:
                 value = image.get(name)
-                if value is not None and type(value) not in (int, str, float, bool):
-                    image[name] = encode_value(value, col)
+                if value is None or type(value) in _PLAIN_TYPES:
+                    continue
+                kept = originals.get(name) if originals else None
+                image[name] = kept[1] if kept is not None and kept[0] is value \
+                    else encode_value(value, col)
         return dumps(image, default=_generic, option=_OPTIONS)
     return dump
+
+
+_PLAIN_TYPES = (int, str, float, bool)
+
+
+def image_decoder_keeping(table: TableDef | None) -> Callable[[Image], Originals]:
+    """Like :func:`image_decoder` (in place), returning what it converted, so that
+    :func:`image_dumper` can give an untouched value its exact text back for free. SET
+    values (mutable sets) are not kept: they are always encoded again."""
+    plan = [] if table is None else [(c.name, _DECODE[k], k != "set") for c in table.columns
+                                      if (k := _kind(c)) is not None]
+
+    def decode(image: Image) -> Originals:
+        kept: Originals = {}
+        for name, fn, keep in plan:
+            value = image.get(name)
+            if value is not None and (type(value) is str or type(value) is list):
+                typed = image[name] = fn(value)
+                if keep:
+                    kept[name] = (typed, value)
+        return kept
+    return decode

@@ -22,7 +22,7 @@ import orjson
 import pyarrow as pa
 
 from mysqlcdc.envelope.model import ENVELOPE_FIELDS, OP_SCHEMA, OP_TRUNCATE
-from mysqlcdc.envelope.values import image_decoder, image_dumper
+from mysqlcdc.envelope.values import image_decoder_keeping, image_dumper
 from mysqlcdc.errors import TransformResultError
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.transforms.batch import parse_json_column
@@ -30,7 +30,7 @@ from mysqlcdc.schema.model import TableDef
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["Definitions", "to_events", "from_events", "ENVELOPE_NAMES", "IMAGE_NAMES",
-           "plain_event", "Untouched"]
+           "plain_event", "Untouched", "Kept"]
 
 ENVELOPE_NAMES = tuple(name for name, _, _ in ENVELOPE_FIELDS)
 IMAGE_NAMES = ("before", "after", "key", "moved_key")
@@ -65,7 +65,7 @@ class Definitions:
         """(decode, dump) of images for a definition (cached per definition)."""
         hit = self._coders.get(id(definition))
         if hit is None or hit[0] is not definition:
-            hit = self._coders[id(definition)] = (definition, image_decoder(definition),
+            hit = self._coders[id(definition)] = (definition, image_decoder_keeping(definition),
                                                    image_dumper(definition))
         return hit[1], hit[2]
 
@@ -78,7 +78,7 @@ def _row_ops(op: str | None) -> bool:
     return op not in (OP_SCHEMA, OP_TRUNCATE)
 
 
-_PLAIN = (image_decoder(None), image_dumper(None))
+_PLAIN = (image_decoder_keeping(None), image_dumper(None))
 
 
 def _coders_for(definitions: Definitions | None, event: dict) -> tuple:
@@ -88,12 +88,24 @@ def _coders_for(definitions: Definitions | None, event: dict) -> tuple:
                                              event["pos"]))
 
 
+class Kept(dict):
+    """id(image dict) -> (the dict, what its decoding converted): lets ``from_events`` give
+    a value the function left alone its exact text back without encoding it again."""
+
+    def add(self, image: dict, originals: dict) -> None:
+        if originals:
+            self[id(image)] = (image, originals)
+
+    def of(self, image: dict) -> dict | None:
+        hit = self.get(id(image))
+        return hit[1] if hit is not None and hit[0] is image else None
+
+
 def to_events(batch: pa.RecordBatch, definitions: Definitions | None,
-              rows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Every row of ``batch`` (or the given ``batch.to_pylist()``) as an event dict with
-    typed images; each image column is parsed in one orjson call."""
-    rows = batch.to_pylist() if rows is None else rows
-    events = [dict(r) for r in rows]
+              kept: Kept | None = None) -> list[dict[str, Any]]:
+    """Every row of ``batch`` as an event dict with typed images; each image column is
+    parsed in one orjson call."""
+    events = batch.to_pylist()
     seqs = batch.column("seq").cast(pa.string()).to_pylist()
     for event, seq in zip(events, seqs):
         event["seq"] = None if seq is None else int(seq)
@@ -102,8 +114,11 @@ def to_events(batch: pa.RecordBatch, definitions: Definitions | None,
     for i, event in enumerate(events):
         decode = _coders_for(definitions, event)[0]
         for name, parsed in images.items():
-            image = parsed[i]
-            event[name] = decode(image) if type(image) is dict else image
+            image = event[name] = parsed[i]
+            if type(image) is dict:
+                originals = decode(image)
+                if kept is not None:
+                    kept.add(image, originals)
     return events
 
 
@@ -117,7 +132,7 @@ def plain_event(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_events(events: Iterable[dict[str, Any]], schema: pa.Schema,
-                definitions: Definitions | None) -> pa.RecordBatch:
+                definitions: Definitions | None, kept: Kept | None = None) -> pa.RecordBatch:
     """Event dicts -> a record batch of ``schema`` (images encoded back to JSON text)."""
     events = list(events)
     columns: dict[str, list] = {name: [e.get(name) for e in events] for name in schema.names
@@ -131,19 +146,19 @@ def from_events(events: Iterable[dict[str, Any]], schema: pa.Schema,
             continue
         dump = _coders_for(definitions, event)[1]
         for name in images:
-            texts[name].append(_image_text(name, event.get(name), dump))
+            texts[name].append(_image_text(name, event.get(name), dump, kept))
     columns.update(texts)
     return _batch(columns, schema)
 
 
-def _image_text(name: str, value: Any, dump) -> str | None:
+def _image_text(name: str, value: Any, dump, kept: Kept | None) -> str | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         raise TransformResultError(f"event field {name!r} must be a dict or None, "
                                    f"got {type(value).__name__}")
     try:
-        return dump(value).decode()
+        return dump(value, kept.of(value) if kept else None).decode()
     except (TypeError, orjson.JSONEncodeError) as err:
         raise TransformResultError(f"event field {name!r} holds a value with no JSON "
                                    f"encoding: {err}") from None

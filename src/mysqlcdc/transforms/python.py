@@ -36,8 +36,8 @@ import pyarrow as pa
 from mysqlcdc.errors import TransformError, TransformResultError
 from mysqlcdc.transforms.api import Transform, TransformContext
 from mysqlcdc.transforms.batch import EventBatch
-from mysqlcdc.transforms.events import (ENVELOPE_NAMES, Untouched, from_events, plain_event,
-                                        to_events)
+from mysqlcdc.transforms.events import (ENVELOPE_NAMES, Kept, Untouched, from_events,
+                                        plain_event, to_events)
 from mysqlcdc.transforms.loader import resolve
 
 __all__ = ["PythonTransform"]
@@ -104,22 +104,22 @@ class PythonTransform(Transform):
         for name, typ in self._columns.items():
             if name not in schema.names:
                 schema = schema.append(pa.field(name, typ))
-        rows = batch.to_pylist()
-        events = to_events(batch, definitions, rows)
+        kept = Kept()
+        events = to_events(batch, definitions, kept=kept)
         names = set(schema.names)
         out: list[dict[str, Any]] = []
-        for row, event in zip(rows, events):
-            if event["op"] not in self.ops:
-                out.append(Untouched(row))    # not for this function: passes as it came
+        for i, event in enumerate(events):
+            if event["op"] not in self.ops:   # not for this function: passes as it came
+                out.append(Untouched(batch.slice(i, 1).to_pylist()[0]))
                 continue
             try:
                 result = fn(event, ctx.helpers) if with_helpers else fn(event)
                 produced = _results(result, event, names)
                 out.extend(produced)
             except Exception as exc:   # noqa: BLE001 - user code: every failure is handled
-                self._failed(ctx, row, exc, _user_traceback(exc))
+                self._failed(ctx, batch.slice(i, 1).to_pylist()[0], exc, _user_traceback(exc))
         try:
-            return from_events(out, schema, definitions)
+            return from_events(out, schema, definitions, kept)
         except TransformResultError:
             return self._encode_one_by_one(out, schema, ctx, definitions)
 

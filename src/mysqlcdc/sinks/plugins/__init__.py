@@ -58,7 +58,9 @@ def _deinit_when_done(spark, query, runner) -> None:
             pass
 
         def onQueryTerminated(self, event) -> None:
-            if str(event.id) == str(query.id):
+            # by run id: a query restarted from the same checkpoint keeps its id, and the
+            # previous run's termination may be delivered after this run started
+            if str(event.runId) == str(query.runId):
                 _deinit(runner)
                 try:
                     spark.streams.removeListener(self)
