@@ -162,3 +162,4 @@ def test_on_error_fail_then_dead_letter(spark, mariadb, kafka, fresh_db, tmp_pat
         assert letter["error_type"] == "RuntimeError" and "explode" in letter["error_message"]
         assert json.loads(letter["after"])["email"].endswith(".com")    # masked before it
         assert letter["batch_id"] >= 0 and "cannot shout" in letter["error_traceback"]
+        assert len(letter["query_id"]) == 36          # the query's id, kept by its checkpoint

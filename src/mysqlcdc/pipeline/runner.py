@@ -156,12 +156,12 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
             time.sleep(1.0)
 
 
-def _with_transforms(spark, cfg: PipelineConfig, index: int, df, history: str | None):
-    """``df`` through the pipeline's and the sink's transforms (unchanged without any)."""
+def _load(spark, cfg: PipelineConfig, index: int, options: dict, history: str | None):
+    """Sink ``index``'s stream, through the pipeline's and the sink's transforms."""
     if not cfg.transforms and not cfg.sinks[index].transforms:
-        return df
+        return spark.readStream.format("mysqlcdc").options(**options).load()
     from mysqlcdc.pipeline.transforms import sink_chain
-    from mysqlcdc.spark.transforms import apply_chain
+    from mysqlcdc.spark.transforms import load_transformed
 
     dead_letters = None
     if cfg.dead_letter is not None:
@@ -170,7 +170,7 @@ def _with_transforms(spark, cfg: PipelineConfig, index: int, df, history: str | 
         dead_letters = make_writer(from_config(cfg.dead_letter))
     chain = sink_chain(cfg, index, history_dir=history, dead_letters=dead_letters,
                        checkpoint_dir=local_dir(sink_checkpoint(cfg, index)))
-    return apply_chain(df, chain)
+    return load_transformed(spark, options, chain)
 
 
 def _start_plugins(spark, cfg: PipelineConfig, sink: PluginsSinkConfig, df, *, index: int,
@@ -212,8 +212,7 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
             options["schemaHistory"] = history
         if isinstance(sink, PluginsSinkConfig):
             options["emitRollbacks"] = "true"
-        df = spark.readStream.format("mysqlcdc").options(**options).load()
-        df = _with_transforms(spark, cfg, index, df, history)
+        df = _load(spark, cfg, index, options, history)
         name = f"{cfg.name}-{index}-{sink.type}"
         trigger = cfg.spark.trigger_interval
         if isinstance(sink, ChangelogSinkConfig):

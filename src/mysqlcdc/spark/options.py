@@ -28,6 +28,9 @@ Options (case-insensitive, as Spark passes them)::
                                      in each row's ``query`` field
     emitRollbacks                    true: a record with op ``x`` where a transaction whose
                                      rows are in the binlog ends with ROLLBACK (plugins sink)
+    transformsFile                   a pickled ``transforms.chain.Chain`` (no ordered
+                                     transform) that the read tasks apply to what they read;
+                                     written by ``mysqlcdc.spark.transforms``
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ class SourceOptions:
     snapshot_mode: str = "never"
     snapshot_chunk_rows: int = 50_000
     emit_rollbacks: bool = False
+    transforms_file: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -148,6 +152,7 @@ class SourceOptions:
             snapshot_mode=_choice(options, "snapshotMode", ("never", "initial", "initial_only")),
             snapshot_chunk_rows=_int(options, "snapshotChunkRows", 50_000),
             emit_rollbacks=_choice(options, "emitRollbacks", ("false", "true")) == "true",
+            transforms_file=_get(options, "transformsFile"),
         )
 
 

@@ -33,7 +33,6 @@ from pyspark.sql.streaming.datasource import (
 from mysqlcdc.capture.planner import RangePlanner
 from mysqlcdc.capture.snapshot import ChunkTask, read_chunk
 from mysqlcdc.capture.task import RangeTask, read_range
-from mysqlcdc.envelope.model import ENVELOPE_DDL
 from mysqlcdc.protocol import retry
 from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
@@ -73,13 +72,19 @@ class MysqlcdcDataSource(DataSource):
         return "mysqlcdc"
 
     def schema(self) -> str:
-        return ENVELOPE_DDL
+        from mysqlcdc.spark.transforms import read_chain, schema_ddl
+
+        return schema_ddl(read_chain(self.options))   # the envelope (+ transforms' columns)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        return MysqlcdcStreamReader(SourceOptions.parse(self.options))
+        from mysqlcdc.spark.transforms import read_chain
+
+        return MysqlcdcStreamReader(SourceOptions.parse(self.options), read_chain(self.options))
 
     def reader(self, schema) -> DataSourceReader:
-        return MysqlcdcBatchReader(SourceOptions.parse(self.options))
+        from mysqlcdc.spark.transforms import read_chain
+
+        return MysqlcdcBatchReader(SourceOptions.parse(self.options), read_chain(self.options))
 
 
 class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -91,8 +96,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     up to it is read in bounded batches (without the mixin Spark would ask for
     everything at once, one unbounded batch)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, chain=None) -> None:
         self.options = options
+        self.chain = chain            # transforms the read tasks apply (spark.transforms)
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
 
@@ -155,12 +161,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        chunk = getattr(partition, "chunk", None)
-        if chunk is not None:
-            return read_chunk(chunk)
-        task = getattr(partition, "task", None)
-        # Spark hands an empty range a single placeholder partition of its own.
-        return iter(()) if task is None else read_range(task)
+        return _transformed(self.chain, _read(partition))
 
     def commit(self, end: dict) -> None:
         pass   # progress lives in Spark's checkpoint; nothing to release server-side
@@ -173,8 +174,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class MysqlcdcBatchReader(DataSourceReader):
     """A bounded range ``[startingPosition, endingPosition)`` as a batch DataFrame."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, chain=None) -> None:
         self.options = options
+        self.chain = chain
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = RangePlanner(self.options)
@@ -190,6 +192,22 @@ class MysqlcdcBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        task = getattr(partition, "task", None)
-        # Spark hands an empty range a single placeholder partition of its own.
-        return iter(()) if task is None else read_range(task)
+        return _transformed(self.chain, _read(partition))
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    chunk = getattr(partition, "chunk", None)
+    if chunk is not None:
+        return read_chunk(chunk)
+    task = getattr(partition, "task", None)
+    # Spark hands an empty range a single placeholder partition of its own.
+    return iter(()) if task is None else read_range(task)
+
+
+def _transformed(chain, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The read task's batches through the transforms it was given (none: as read)."""
+    if chain is None:
+        return batches
+    from mysqlcdc.spark.transforms import run_in_task
+
+    return run_in_task(chain, 0, batches)

@@ -69,6 +69,20 @@ class Chain:
                         schema = schema.append(pa.field(name, typ))
         return schema
 
+    def split(self) -> tuple["Chain | None", "Chain | None"]:
+        """(the transforms that need no order, the rest from the first ordered one), each
+        a chain of its own (None when empty): the first can run inside the read tasks."""
+        first = next((i for i, t in enumerate(self.transforms) if t.ordered), len(self.transforms))
+        head, tail = self.transforms[:first], self.transforms[first:]
+
+        def part(transforms: list[Transform]) -> "Chain | None":
+            if not transforms:
+                return None
+            return Chain(transforms, pipeline=self.pipeline, sink=self.sink,
+                         history_dir=self.history_dir, state_dir=self.state_dir,
+                         helpers=self.helpers, dead_letters=self.dead_letters)
+        return part(head), part(tail)
+
     @staticmethod
     def spark_ddl(schema: pa.Schema) -> str:
         return ", ".join(f"`{f.name}` {SPARK_TYPES[f.type]}" for f in schema)
