@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pymysql
@@ -59,6 +59,8 @@ class Scan:
     start: BinlogPosition
     end: BinlogPosition
     boundaries: list[tuple[BinlogPosition, int]]
+    gtids: list[str] = field(default_factory=list)   # of the transactions up to ``end``
+    last_ts: int | None = None                      # ts_ms of the last one
 
 
 class RangePlanner:
@@ -282,9 +284,11 @@ class RangePlanner:
                               generation=self.keeper.generation)
         else:
             skimmer = Skimmer(start.file, observe, table_maps=False)
-        parse, feed = skimmer.parser.parse, skimmer.feed
+        parse, feed, tracker = skimmer.parser.parse, skimmer.feed, skimmer.tracker
         boundaries: list[tuple[BinlogPosition, int]] = []
         count, end = 0, start
+        gtids: list[str] = []                 # for the offsets' GTID set (source.py)
+        ends, last_ts = tracker.ends, None
         stop_file, stop_pos, stop_key = stop.file, stop.pos, (stop.file_number, stop.pos)
         numbers = {start.file: start.file_number}     # file name -> number, parsed once
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
@@ -307,11 +311,16 @@ class RangePlanner:
                         number = numbers[file] = binlog_file_number(file)
                     end = BinlogPosition(number, pos, file)
                     boundaries.append((end, count))
+                    if tracker.ends != ends:     # a transaction (not a ROTATE...) ended
+                        ends, ctx = tracker.ends, tracker.last
+                        if ctx.gtid is not None:
+                            gtids.append(ctx.gtid)
+                        last_ts = ctx.ts_ms or last_ts
                     if (number, pos) >= stop_key or (max_events and count >= max_events):
                         break
         finally:
             stream.close()
-        self._last_scan = Scan(start, end, boundaries)
+        self._last_scan = Scan(start, end, boundaries, gtids, last_ts)
         if for_keeper:
             self._processed = (start, end)
         return self._last_scan
@@ -419,6 +428,14 @@ class RangePlanner:
                 table=table, lo=decode_bound(lo), hi=decode_bound(hi), chunk=chunk,
                 retry=o.retry, batch_rows=o.batch_rows))
         return tasks
+
+    # -- seeks ----------------------------------------------------------------
+    def walk_ddl(self, start: BinlogPosition, stop: BinlogPosition) -> None:
+        """A seek forward skips ``[start, stop)``'s rows, not its DDL: the schema history
+        applies every statement of the range, so it stays exact from ``stop`` on."""
+        self._ensure_history(start)
+        self.ddl_scan(start, stop, self.keeper.observer(start))
+        self.keeper.changed()
 
     def close(self) -> None:
         self.drop_connection()

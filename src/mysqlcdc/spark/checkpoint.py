@@ -12,7 +12,8 @@ from pathlib import Path
 
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["local_dir", "batch_offset", "latest_offset"]
+__all__ = ["local_dir", "batch_offset", "latest_offset", "offset_data", "planned_batches",
+           "committed_batches", "query_id"]
 
 
 def local_dir(checkpoint: str) -> Path | None:
@@ -22,8 +23,8 @@ def local_dir(checkpoint: str) -> Path | None:
     return Path(checkpoint.removeprefix("file://").removeprefix("file:"))
 
 
-def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
-    """Our source's end offset of ``batch_id``, or None if the file has none."""
+def offset_data(checkpoint: Path, batch_id: int) -> dict | None:
+    """Our source's end offset of ``batch_id`` as stored (``file``, ``pos``, ``gtid``...)."""
     path = checkpoint / "offsets" / str(batch_id)
     if not path.is_file():
         return None
@@ -33,8 +34,31 @@ def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
         except ValueError:
             continue
         if isinstance(data, dict) and {"file", "pos"} <= data.keys():
-            return BinlogPosition.of(data["file"], int(data["pos"]))
+            return data
     return None
+
+
+def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
+    """Our source's end offset of ``batch_id``, or None if the file has none."""
+    data = offset_data(checkpoint, batch_id)
+    return None if data is None else BinlogPosition.of(data["file"], int(data["pos"]))
+
+
+def planned_batches(checkpoint: Path) -> list[int]:
+    """Batch ids with an offset file, newest first."""
+    return _numbered(checkpoint / "offsets")
+
+
+def committed_batches(checkpoint: Path) -> list[int]:
+    """Batch ids Spark committed, newest first."""
+    return _numbered(checkpoint / "commits")
+
+
+def _numbered(folder: Path) -> list[int]:
+    if not folder.is_dir():
+        return []
+    return sorted((int(p.name) for p in folder.glob("[0-9]*") if p.name.isdigit()),
+                  reverse=True)
 
 
 def latest_offset(checkpoint: Path) -> BinlogPosition | None:
@@ -47,3 +71,14 @@ def latest_offset(checkpoint: Path) -> BinlogPosition | None:
         if found is not None:
             return found
     return None
+
+
+def query_id(checkpoint: str | None) -> str | None:
+    """The id Spark keeps in ``<checkpoint>/metadata`` for the life of the checkpoint."""
+    local = local_dir(checkpoint) if checkpoint else None
+    if local is None:
+        return None
+    try:
+        return json.loads((local / "metadata").read_text().splitlines()[0]).get("id")
+    except (OSError, ValueError, IndexError):
+        return None

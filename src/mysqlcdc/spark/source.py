@@ -14,6 +14,9 @@ decode ``[start, end)``, which re-reads to exactly the same rows on replay.
 
 from __future__ import annotations
 
+import logging
+import time
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -30,38 +33,64 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from mysqlcdc.capture.control import SeekRequest, StreamControl
 from mysqlcdc.capture.planner import RangePlanner
+from mysqlcdc.capture.positions import PositionFinder, resolve_start
+from mysqlcdc.capture.server import list_binlogs
 from mysqlcdc.capture.snapshot import ChunkTask, read_chunk
 from mysqlcdc.capture.task import RangeTask, read_range
+from mysqlcdc.errors import SourceChangedError
+from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol import retry
+from mysqlcdc.spark.batches import finish_batches
 from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["MysqlcdcDataSource"]
 
+log = logging.getLogger(__name__)
 
-def _offset(position: BinlogPosition) -> dict:
-    return {"file": position.file, "pos": position.pos}   # stable key order
+
+def _offset(position: BinlogPosition, gtid: str | None = None, ts: int | None = None,
+            epoch: int = 0) -> dict:
+    """An offset: ``file``, ``pos``, then (when known) ``gtid``, the GTID set of every
+    transaction before the position, ``ts``, the commit time (ms) of the last one, and
+    ``epoch``, how many failovers the pipeline followed. Key order is fixed: Spark finds
+    "no new data" by comparing the JSON text."""
+    out: dict = {"file": position.file, "pos": position.pos}
+    if gtid is not None:
+        out["gtid"] = gtid
+    if ts is not None:
+        out["ts"] = ts
+    if epoch:
+        out["epoch"] = epoch
+    return out
 
 
 def _position(offset: dict) -> BinlogPosition:
     return BinlogPosition.of(offset["file"], int(offset["pos"]))
 
 
-class RangePartition(InputPartition):
-    """One read task: a picklable RangeTask."""
+def _carry(offset: dict) -> dict:
+    """``offset`` without what only its own batch needs (snapshot state, a seek's id)."""
+    return _offset(_position(offset), offset.get("gtid"), offset.get("ts"),
+                   int(offset.get("epoch", 0)))
 
-    def __init__(self, task: RangeTask) -> None:
+
+class RangePartition(InputPartition):
+    """One read task: a picklable RangeTask, the seq epoch and where to count rows."""
+
+    def __init__(self, task: RangeTask, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(task)
-        self.task = task
+        self.task, self.epoch, self.counts = task, epoch, counts
 
 
 class ChunkPartition(InputPartition):
     """One snapshot chunk: a picklable ChunkTask."""
 
-    def __init__(self, chunk: ChunkTask) -> None:
+    def __init__(self, chunk: ChunkTask, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(chunk)
-        self.chunk = chunk
+        self.chunk, self.epoch, self.counts = chunk, epoch, counts
 
 
 class MysqlcdcDataSource(DataSource):
@@ -101,12 +130,20 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.chain = chain            # transforms the read tasks apply (spark.transforms)
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
+        folder = options.schema_history
+        self._control = None if folder is None else StreamControl(folder)
+        self._counts = None if folder is None else str(Path(folder) / "counts")
+        self._runway_at = float("-inf")
 
     @property
     def planner(self) -> RangePlanner:
         if self._planner is None:
             self._planner = RangePlanner(self.options)
         return self._planner
+
+    def _finder(self, p: RangePlanner) -> PositionFinder:
+        return PositionFinder(self.options.settings, self.options.server_id, p._sql,
+                              self.options.retry)
 
     def _through_outages(self, plan):
         """``plan(planner)``, retried through an outage of the source: Spark ends the
@@ -118,13 +155,17 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           on_retry=lambda: self._planner and self._planner.drop_connection())
 
     def initialOffset(self) -> dict:
-        start = self._through_outages(lambda p: p.resolve(self.options.start))
+        seek = self._control.pending_seek() if self._control is not None else None
+        if seek is not None:                # a seek before the first batch: start there
+            return seek.offset()
+        start, gtid = self._through_outages(lambda p: resolve_start(
+            p, self._finder(p), self.options.start))
         if self.options.snapshot_mode == "never":
-            return _offset(start)
+            return _offset(start, gtid)
         # The schema history starts at S now: the snapshot takes a while, and a DDL made
         # meanwhile must be one the history sees, not one a later bootstrap refuses.
         tables = self._through_outages(lambda p: (p._ensure_history(start), p.snapshot_tables())[1])
-        offset = _offset(start)
+        offset = _offset(start, gtid)
         if tables:
             offset["snapshot"] = {"tables": tables, "after": None, "chunk": 0}
         return offset
@@ -137,28 +178,88 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._through_outages(lambda p: p.current())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        control = self._control
+        if control is not None:
+            if control.paused():
+                return start                   # paused: no new micro-batch
+            seek = control.pending_seek()
+            if seek is not None:
+                if start.get("seek") != seek.id:
+                    return self._seek_batch(start, seek)
+                control.retire_seek(seek)      # planned from the position: done
         snap = start.get("snapshot")
         if snap is not None and snap["tables"]:
             # Snapshot phase: the next chunks; the binlog waits at the snapshot's start.
             plan, cursor = self._through_outages(
                 lambda p: p.snapshot_chunks(snap, self.options.parallelism))
-            return {**_offset(_position(start)), "snapshot": {**cursor, "plan": plan}}
+            return {**_carry(start), "snapshot": {**cursor, "plan": plan}}
         if snap is not None and self.options.snapshot_mode == "initial_only":
             return start                       # snapshot done; nothing is streamed
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return _offset(self._through_outages(
-            lambda p: p.next_end(_position(start), max_events, self._target)))
+        begin = _position(start)
+        self._note_next_file(begin)
+        end = self._through_outages(lambda p: p.next_end(begin, max_events, self._target))
+        if end == begin:
+            return start
+        return self._through_outages(lambda p: self._end_offset(p, start, begin, end))
+
+    def _end_offset(self, p: RangePlanner, start: dict, begin: BinlogPosition,
+                    end: BinlogPosition) -> dict:
+        """The end offset of ``[begin, end)``: the start's GTID set with the range's
+        transactions added (the scan that found ``end`` collected them)."""
+        scan = p._last_scan
+        if scan is None or (scan.start, scan.end) != (begin, end):
+            scan = p.scan(begin, end, None)
+        gtid = start.get("gtid")
+        if gtid is None:                       # a checkpoint from before offsets had GTIDs
+            gtid = str(self._finder(p).gtid_at(begin))
+        gtid = str(GtidSet.parse(gtid).add_all(scan.gtids))
+        return _offset(end, gtid, scan.last_ts or start.get("ts"), int(start.get("epoch", 0)))
+
+    def _note_next_file(self, begin: BinlogPosition) -> None:
+        """Record (in source.json) when the binlog file after ``begin``'s was created: the
+        server purges ``begin``'s file its expiry after that, which is what the binlog
+        runway metric counts down. At most every 30 s; never fails the query."""
+        now = time.monotonic()
+        if self.options.schema_history is None or now - self._runway_at < 30:
+            return
+        self._runway_at = now
+
+        def note(p: RangePlanner) -> None:
+            names = [name for name, _ in list_binlogs(p._sql())]
+            if begin.file in names and names[-1] != begin.file:
+                after = names[names.index(begin.file) + 1]
+                if after not in p._load_record().get("files", {}):
+                    p._check_file(after, self._finder(p).head(after).born)
+        try:
+            note(self.planner)
+        except SourceChangedError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - a metric's input; the next try may work
+            log.debug("binlog runway: %s", exc)
+
+    def _seek_batch(self, start: dict, seek: SeekRequest) -> dict:
+        """A micro-batch that reads nothing and ends at the seek's position. A seek
+        forward on the same server walks the skipped range's DDL into the history first."""
+        begin = _position(start)
+        if seek.history == "keep" and int(start.get("epoch", 0)) == seek.epoch \
+                and begin < seek.position:
+            self._through_outages(lambda p: p.walk_ddl(begin, seek.position))
+        return seek.offset()
 
     def reportLatestOffset(self) -> dict | None:
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if end.get("seek") is not None and end.get("seek") != start.get("seek"):
+            return []                          # the seek batch: nothing to read
+        epoch, counts = int(end.get("epoch", 0)), self._counts
         plan = (end.get("snapshot") or {}).get("plan")
         if plan:
             chunks = self._through_outages(lambda p: p.chunk_tasks(plan))
-            return [ChunkPartition(c) for c in chunks]
+            return [ChunkPartition(c, epoch, counts) for c in chunks]
         tasks = self._through_outages(lambda p: p.tasks(_position(start), _position(end)))
-        return [RangePartition(t) for t in tasks]
+        return [RangePartition(t, epoch, counts) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _transformed(self.chain, _read(partition))
@@ -181,7 +282,9 @@ class MysqlcdcBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planner = RangePlanner(self.options)
         try:
-            start = planner.resolve(self.options.start)
+            finder = PositionFinder(self.options.settings, self.options.server_id,
+                                    planner._sql, self.options.retry)
+            start = resolve_start(planner, finder, self.options.start, gtid=False)[0]
             end = planner.resolve(self.options.end)
             if end <= start:
                 return []
@@ -196,12 +299,17 @@ class MysqlcdcBatchReader(DataSourceReader):
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A partition's envelope batches with the seq epoch applied and rows counted (what
+    was read: before any transform)."""
     chunk = getattr(partition, "chunk", None)
     if chunk is not None:
-        return read_chunk(chunk)
+        return finish_batches(read_chunk(chunk), partition.epoch, partition.counts)
     task = getattr(partition, "task", None)
     # Spark hands an empty range a single placeholder partition of its own.
-    return iter(()) if task is None else read_range(task)
+    if task is None:
+        return iter(())
+    return finish_batches(read_range(task), getattr(partition, "epoch", 0),
+                          getattr(partition, "counts", None))
 
 
 def _transformed(chain, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -31,9 +31,15 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
     Rows are spread over ``write_tasks`` tasks by ``db``, ``table`` and ``key`` (default
     ``spark.sql.shuffle.partitions``), so every change of a key is published by one task,
     which sorts its rows by ``seq``. ``available_now``: publish what is there, then stop.
+    The ``debezium`` format reads table definitions from ``settings.history_dir``, the
+    folder given to the source as its ``schemaHistory`` option.
     """
     register(df.sparkSession)
     tasks = write_tasks or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if settings.transaction_orders:
+        from mysqlcdc.sinks.kafka.txnorder import with_transaction_orders
+
+        df = with_transaction_orders(df)     # before the shuffle: partitions hold whole txns
     writer = (
         df.repartition(tasks, "db", "table", "key").writeStream.format(FORMAT)
         .options(**settings.to_options())

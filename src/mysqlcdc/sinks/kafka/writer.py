@@ -37,10 +37,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class KafkaCommitMessage(WriterCommitMessage):
-    """What one write task delivered: its row count and, if asked, its transactions."""
+    """What one write task delivered: its row count and, if asked, its transactions, and
+    the schema-change records the commit step publishes."""
 
     rows: int
     txns: dict[str, TxnTally] = field(default_factory=dict)
+    schema_rows: list[dict] = field(default_factory=list)
 
 
 class KafkaDataSource(DataSource):
@@ -57,6 +59,9 @@ class KafkaDataSource(DataSource):
         settings = KafkaSettings.parse(self.options)
         if not settings.checkpoint:
             raise ConfigError("the kafka sink needs the checkpointLocation option")
+        if settings.format == "debezium" and not settings.history_dir:
+            raise ConfigError("the kafka sink's debezium format needs the schemaHistory option "
+                              "(the source query's schema history folder)")
         return KafkaStreamWriter(settings)
 
 
@@ -66,15 +71,16 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
         rows = sorted_rows(list(iterator))
-        txns = publish_rows(self.settings, rows)
-        return KafkaCommitMessage(len(rows), txns)
+        txns, schema_rows = publish_rows(self.settings, rows)
+        return KafkaCommitMessage(len(rows), txns, schema_rows)
 
     def commit(self, messages: list[KafkaCommitMessage | None], batchId: int) -> None:
         done = [m for m in messages if m is not None]
         end = batch_end_offset(self.settings.checkpoint, batchId)
         record = CommitRecord(self.settings.pipeline, batchId, end,
                               sum(m.rows for m in done), int(time.time() * 1000))
-        publish_commit(self.settings, record, merge_tallies([m.txns for m in done]))
+        publish_commit(self.settings, record, merge_tallies([m.txns for m in done]),
+                       [r for m in done for r in m.schema_rows])
 
     def abort(self, messages: list[KafkaCommitMessage | None], batchId: int) -> None:
         failed = sum(m is None for m in messages)
