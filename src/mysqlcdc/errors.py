@@ -40,13 +40,18 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   ├── LocalServerError            the demo's throwaway server did not start
     │   ├── UnauthorizedError           an API request without the instance's bearer token
     │   ├── MirrorTableStoppedError     a change a mirror target cannot apply (that table stops)
-    │   └── MirrorAuthError             a mirror target refused the credentials
+    │   ├── MirrorAuthError             a mirror target refused the credentials
+    │   ├── TransformError              user code (a transform, a helper) raised on an event
+    │   │   └── TransformResultError    a transform returned something that is not an event
+    │   └── PluginError                 a plugin callback raised
     └── TransientError
         ├── ServerUnreachableError
         ├── ConnectionLostError
-        └── MirrorUnavailableError      a mirror target is down after every retry
+        ├── MirrorUnavailableError      a mirror target is down after every retry
+        └── DeadLetterWriteError        the dead-letter folder or topic refused a write
 
-Every error carries ``hint``: one sentence that says what to do.
+Every error carries ``hint``: one sentence that says what to do. Errors about user
+code also carry ``detail``: the user's traceback, printed after the hint.
 """
 
 from __future__ import annotations
@@ -86,6 +91,10 @@ __all__ = [
     "SnapshotTableError",
     "SnapshotTimeoutError",
     "SnapshotRequestError",
+    "TransformError",
+    "TransformResultError",
+    "PluginError",
+    "DeadLetterWriteError",
     "GtidPositionError",
     "SeekError",
     "SeekNotConfirmedError",
@@ -116,6 +125,9 @@ class MysqlcdcError(Exception):
         text = f"[{self.code}] {self.message}"
         if self.hint:
             text += f"\n  hint: {self.hint}"
+        detail = getattr(self, "detail", None)
+        if detail:
+            text += "".join(f"\n  | {line}" for line in detail.rstrip("\n").split("\n"))
         return text
 
 
@@ -385,6 +397,51 @@ class ChangelogWriteError(TransientError):
             "batch is replayed and committed exactly once.")
 
 
+class TransformError(TerminalError):
+    """A transform's user code (or a helper it called) raised on an event.
+
+    The message names the transform, the event's table, key and binlog position;
+    ``detail`` holds the user's traceback. With ``on_error: dead_letter`` the event goes
+    to the dead-letter sink instead and the pipeline continues."""
+
+    code = "TRANSFORM_FAILED"
+    hint = ("Fix the transform (its traceback follows), or set on_error: dead_letter to "
+            "park such events and keep going; the batch is replayed when run again.")
+
+    def __init__(self, message: str, *, detail: str = "", hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.detail = detail      # the user's traceback
+
+
+class TransformResultError(TransformError):
+    """A transform returned something that is not an event (a wrong type, a missing field)."""
+
+    code = "TRANSFORM_BAD_RESULT"
+    hint = ("A python transform returns an event dict, a list of them or None (drop); "
+            "transform_batch returns a RecordBatch with the columns it received.")
+
+
+class PluginError(TerminalError):
+    """A plugin callback raised; the batch's callbacks run again when the pipeline runs again
+    (at least once per batch: ``ctx.batch_id`` tells a repeat)."""
+
+    code = "PLUGIN_FAILED"
+    hint = ("Fix the plugin (its traceback follows) and run the pipeline again: the batch's "
+            "callbacks are replayed from its first transaction.")
+
+    def __init__(self, message: str, *, detail: str = "", hint: str | None = None) -> None:
+        TerminalError.__init__(self, message, hint=hint)
+        self.detail = detail      # the plugin's traceback
+
+
+class DeadLetterWriteError(TransientError):
+    """The dead-letter folder or topic refused a write; the batch fails, nothing is lost."""
+
+    code = "DEAD_LETTER_WRITE_FAILED"
+    hint = ("Fix the dead-letter target (disk space, permissions, the Kafka brokers) and run "
+            "the pipeline again: the batch and its dead letters are written again.")
+
+
 class KafkaSchemaUnknownError(SchemaError):
     """The Kafka sink's ``debezium`` format found no table definition for a row (or one
     without the row's columns) in the schema history it reads."""
@@ -393,6 +450,8 @@ class KafkaSchemaUnknownError(SchemaError):
     hint = ("The kafka sink reads table definitions from the source's schema history: run it "
             "through `mysqlcdc run` (or give the source's schemaHistory folder to "
             "KafkaSettings.history_dir); the batch is replayed when the pipeline runs again.")
+
+
 class GtidPositionError(TerminalError):
     """A GTID set that does not end at one binlog position of this server: a transaction
     of the set is logged after one that is not in it (replication domains or sources
@@ -461,5 +520,18 @@ def from_text(text: str) -> MysqlcdcError | None:
     err = cls(message.strip(), hint=hint.strip() if hint else None)
     if err.code != code:          # a subclass sharing its parent's class name space
         err.code = code           # type: ignore[misc]
+    detail = _detail_after(text, found.end())
+    if detail:
+        err.detail = detail       # type: ignore[attr-defined]
     return err
+
+
+def _detail_after(text: str, end: int) -> str:
+    """The ``  | line`` block right after a rebuilt error (the user's traceback)."""
+    lines = []
+    for line in text[end:].lstrip("\n").split("\n"):
+        if not line.startswith("  | "):
+            break
+        lines.append(line[4:])
+    return "\n".join(lines)
 

@@ -20,7 +20,7 @@ from mysqlcdc.binlog.constants import (MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVE
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.binlog.rowsdecode import ROWS_FAST_CODES
 from mysqlcdc.envelope.builder import EnvelopeBuilder
-from mysqlcdc.envelope.model import OP_SCHEMA, OP_TRUNCATE
+from mysqlcdc.envelope.model import OP_ROLLBACK, OP_SCHEMA, OP_TRUNCATE
 from mysqlcdc.errors import ConnectionLostError, SchemaError
 from mysqlcdc.schema.history import SchemaView
 from mysqlcdc.schema.model import TableDef
@@ -92,12 +92,15 @@ class ChangeDecoder:
     ``include_query`` puts the statement text of ANNOTATE_ROWS / ROWS_QUERY
     events (when the server writes them) into the ``query`` field of each row.
     ``columnar=False`` decodes every row image to a dict first (the reference path
-    the columnar one is tested against).
+    the columnar one is tested against). ``emit_rollbacks`` adds a record with
+    ``op = x`` where a transaction that wrote rows ends with ROLLBACK (rows of tables
+    that cannot roll back stay in the binlog; the plugins sink calls ``rollback_trx``).
     """
 
     def __init__(self, parser: BinlogParser, tables: TableLookup | None = None, *,
                  include: Callable[[str, str], bool] | None = None,
-                 include_query: bool = False, ddl=None, columnar: bool = True) -> None:
+                 include_query: bool = False, ddl=None, columnar: bool = True,
+                 emit_rollbacks: bool = False) -> None:
         self.parser = parser
         # row images become envelope texts column by column (envelope.columnar)
         parser.set_defer_rows(columnar)
@@ -108,6 +111,7 @@ class ChangeDecoder:
             parser.include = self.history.including(include or parser.include)
         self.include = include or parser.include
         self.include_query = include_query
+        self.emit_rollbacks = emit_rollbacks
         self.query: str | None = None
         self.builder = EnvelopeBuilder()
         self.tracker = TxnTracker()
@@ -216,6 +220,10 @@ class ChangeDecoder:
         return True
 
     def _query(self, ev: QueryEvent, file: str, pos: int) -> None:
+        if self.emit_rollbacks and self.tracker.in_txn and _keyword(ev.query) == "ROLLBACK":
+            self.builder.add_event(OP_ROLLBACK, ev.schema, None, None, None, "ROLLBACK",
+                                   self.tracker.ctx, file, self._file_number, pos)
+            return
         if self.history is not None:
             self._schema_changes(ev, file, pos)
         elif self.ddl is not None:
@@ -336,6 +344,10 @@ def iter_change_batches(
 
 
 _NEVER = 1 << 64   # above any binlog offset
+
+
+def _keyword(query: str) -> str:
+    return query.strip().rstrip(";").upper()
 
 
 def _limit_in(cache: dict[str, int], file: str, end_key: tuple[int, int] | None) -> int:

@@ -258,7 +258,7 @@ class RangePlanner:
         return RangeTask(
             settings=o.settings, server_id=o.server_id + 1 + index, start=start, end=end,
             tables=tables or o.tables, schema=view, batch_rows=o.batch_rows,
-            include_query=o.include_query,
+            include_query=o.include_query, emit_rollbacks=o.emit_rollbacks,
             retry=o.retry, status_path=None if self._status_file is None
             else str(self._status_file.with_name(f"source-status-task{index}.json")),
         )

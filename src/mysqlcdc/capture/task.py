@@ -40,6 +40,7 @@ class RangeTask:
     # the schema history as this task needs it; without one, ``definitions`` hold at ``start``
     schema: SchemaView | None = field(default=None, compare=False)
     include_query: bool = False
+    emit_rollbacks: bool = False       # op-x records for ROLLBACK (the plugins sink)
     # where this task reports its outages for the driver's progress line (best effort)
     status_path: str | None = None
     # hands the signal table's inserted rows to the driver (capture.signals)
@@ -60,7 +61,8 @@ def read_range(task: RangeTask) -> Iterator[pa.RecordBatch]:
     view = task_view(task)
     lookup = HistoryLookup(view)
     parser = BinlogParser(tables=lookup, include=task.tables, file=task.start.file)
-    decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query)
+    decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query,
+                            emit_rollbacks=task.emit_rollbacks)
     stream = ReplicationStream(task.settings, server_id=task.server_id, start=task.start,
                                reconnect=task.retry)
     report = None if task.status_path is None else _status_writer(task.status_path)

@@ -35,6 +35,9 @@ def _fail(err: MysqlcdcError) -> None:
                   soft_wrap=True)
     if err.hint:
         console.print(f"  [yellow]hint:[/] {err.hint}", highlight=False, soft_wrap=True)
+    detail = getattr(err, "detail", "")
+    if detail:     # user code's traceback (a transform, a plugin)
+        console.print(detail.rstrip("\n"), highlight=False, markup=False, style="dim")
     raise typer.Exit(2)
 
 

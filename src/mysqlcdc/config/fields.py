@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer, PlainValidator
-from pydantic import StringConstraints, ValidationInfo
+from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from mysqlcdc.gtidset import GtidSet
@@ -36,9 +36,19 @@ __all__ = [
     "SparkConfValue",
     "EnvVarName",
     "TypeName",
+    "StrictModel",
+    "one_key_unwrapper",
+    "check_env_names",
+    "secrets_from_env",
     "context_base_dir",
     "context_env",
 ]
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
 
 @dataclass(frozen=True)
 class TypeName:
@@ -222,3 +232,51 @@ EnvVarName = Annotated[
     str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"), TypeName("env var name")
 ]
 """The name of an environment variable, such as ``MYSQLCDC_PASSWORD``."""
+
+
+# --- one-key mappings (sinks, transforms) ---------------------------------------
+
+
+def one_key_unwrapper(types: dict[str, type], noun: str, example: str):
+    """The before-validator of a tagged union written as one-key mappings:
+    ``{"changelog": {...}}`` -> ``{"type": "changelog", ...}``. Error codes are
+    ``<noun>_shape``, ``<noun>_type`` and ``<noun>_options``."""
+    def unwrap(value: object) -> object:
+        if isinstance(value, tuple(types.values())):
+            return value
+        if not isinstance(value, dict) or len(value) != 1:
+            raise PydanticCustomError(
+                f"{noun}_shape", "each {noun} is a one-key mapping such as `{example}`",
+                {"noun": noun, "example": example})
+        ((kind, options),) = value.items()
+        if kind not in types:
+            raise PydanticCustomError(
+                f"{noun}_type", "unknown {noun} type '{kind}'; expected one of: {known}",
+                {"noun": noun, "kind": kind, "known": ", ".join(types)})
+        options = {} if options is None else options
+        if not isinstance(options, dict) or "type" in options:
+            raise PydanticCustomError(
+                f"{noun}_options", "the options of {noun} '{kind}' must be a mapping of its "
+                "options", {"noun": noun, "kind": kind})
+        return {**options, "type": kind}
+    return unwrap
+
+
+# --- secrets named by environment variables -------------------------------------
+
+
+def check_env_names(names: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+    """A ``setting -> variable name`` mapping whose every variable is set, or an error."""
+    missing = sorted(n for n in names.values() if n not in context_env(info))
+    if missing:
+        raise PydanticCustomError("env_var_missing", "environment variable(s) {names} not set",
+                                  {"names": ", ".join(missing)})
+    return names
+
+
+def secrets_from_env(names: dict[str, str], info: ValidationInfo) -> dict:
+    """``setting -> Secret`` read from the variables ``names`` maps the settings to."""
+    from mysqlcdc.config.secret import Secret
+
+    env = context_env(info)
+    return {k: Secret(env[v]) for k, v in names.items()}

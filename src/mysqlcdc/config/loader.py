@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from mysqlcdc.config.models import SINK_TYPES, PipelineConfig, models_in
+from mysqlcdc.config.models import SINK_TYPES, TRANSFORM_TYPES, PipelineConfig, models_in
 from mysqlcdc.errors import ConfigError
 
 __all__ = ["load_pipeline", "load_pipeline_from_dict", "ConfigProblem"]
@@ -35,7 +35,8 @@ __all__ = ["load_pipeline", "load_pipeline_from_dict", "ConfigProblem"]
 Loc = tuple[int | str, ...]
 
 # Errors whose message already names what was wrong (see models.py).
-_NAMES_ITS_INPUT = frozenset({"env_var_missing", "sink_type", "sink_options"})
+_NAMES_ITS_INPUT = frozenset({"env_var_missing", "sink_type", "sink_options", "transform_type",
+                              "transform_options", "transform_shape", "expression", "template"})
 _SECRET_NAME = re.compile(r"password|passwd|secret|token|credential", re.IGNORECASE)
 
 
@@ -270,12 +271,12 @@ def _options_at(loc: Loc) -> list[str]:
         if isinstance(part, int):
             continue
         models = [m for model in models for m in _descend(model, part)]
-    return sorted({n for m in models for n, f in m.model_fields.items() if not f.exclude})
+    return sorted({f.alias or n for m in models for n, f in m.model_fields.items() if not f.exclude})
 
 
 def _descend(model: type[BaseModel], part: str) -> list[type[BaseModel]]:
-    if SINK_TYPES.get(part) is model:  # the tag of a sink: sinks.0.changelog
-        return [model]
+    if SINK_TYPES.get(part) is model or TRANSFORM_TYPES.get(part) is model:
+        return [model]                 # the tag of a sink or transform: sinks.0.changelog
     field = model.model_fields.get(part)
     return models_in(field.annotation) if field is not None else []
 

@@ -49,6 +49,10 @@ from mysqlcdc.config.fields import (
     EnvVarName,
     Every,
     LocalPath,
+    StrictModel,
+    one_key_unwrapper,
+    check_env_names,
+    secrets_from_env,
     SparkConfValue,
     StartFrom,
     StoragePath,
@@ -58,6 +62,8 @@ from mysqlcdc.config.fields import (
 )
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.config.secret import Secret
+from mysqlcdc.config.transforms import (TRANSFORM_TYPES, AnyTransformConfig, DeadLetterConfig,
+                                        DottedPath, ModuleName, uses_dead_letters)
 
 __all__ = [
     "PipelineConfig",
@@ -73,7 +79,10 @@ __all__ = [
     "KafkaSinkConfig",
     "MirrorSinkConfig",
     "ChangelogTableSinkConfig",
+    "PluginsSinkConfig",
     "AnySinkConfig",
+    "TRANSFORM_TYPES",
+    "DeadLetterConfig",
     "SINK_TYPES",
     "MAX_SERVER_ID",
     "models_in",
@@ -82,10 +91,7 @@ __all__ = [
 MAX_SERVER_ID = 2**32 - 1
 
 
-class _Model(BaseModel):
-    """Base of every config model: unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid")
+_Model = StrictModel   # base of every config model: unknown keys are errors
 
 
 # --- source ------------------------------------------------------------------
@@ -437,7 +443,17 @@ class SparkConfig(_Model):
 # --- sinks -------------------------------------------------------------------
 
 
-class ChangelogSinkConfig(_Model):
+class _SinkModel(_Model):
+    """What every sink accepts besides its own options."""
+
+    transforms: list[AnyTransformConfig] = Field(
+        default_factory=list,
+        description="Transforms for this sink only, applied after the pipeline's `transforms` "
+        "(same forms as there).",
+    )
+
+
+class ChangelogSinkConfig(_SinkModel):
     """``changelog``: appends every change envelope to a partitioned table of changes,
     in Parquet (Spark's file sink) or Delta Lake (one idempotent commit per batch)."""
 
@@ -503,7 +519,7 @@ class ChangelogSinkConfig(_Model):
         return self
 
 
-class ConsoleSinkConfig(_Model):
+class ConsoleSinkConfig(_SinkModel):
     """``console``: prints each micro-batch's changes, for trying a pipeline out."""
 
     type: Literal["console"] = Field(
@@ -513,7 +529,7 @@ class ConsoleSinkConfig(_Model):
     truncate: bool = Field(True, description="Cut long values to 20 characters.")
 
 
-class KafkaSinkConfig(_Model):
+class KafkaSinkConfig(_SinkModel):
     """``kafka``: publishes every change to Kafka, one topic per table, keyed by primary key.
 
     Changes of one key go to one partition in ``seq`` order; a batch counts as done only
@@ -643,18 +659,11 @@ class KafkaSinkConfig(_Model):
     @field_validator("producer_config_env")
     @classmethod
     def _env_vars_set(cls, names: dict[str, str], info: ValidationInfo) -> dict[str, str]:
-        missing = sorted(n for n in names.values() if n not in context_env(info))
-        if missing:
-            raise PydanticCustomError(
-                "env_var_missing", "environment variable(s) {names} not set",
-                {"names": ", ".join(missing)},
-            )
-        return names
+        return check_env_names(names, info)
 
     @model_validator(mode="after")
     def _read_secrets(self, info: ValidationInfo) -> Self:
-        env = context_env(info)
-        self._secrets = {k: Secret(env[v]) for k, v in self.producer_config_env.items()}
+        self._secrets = secrets_from_env(self.producer_config_env, info)
         return self
 
     def secret_producer_config(self) -> dict[str, Secret]:
@@ -662,7 +671,7 @@ class KafkaSinkConfig(_Model):
         return dict(self._secrets)
 
 
-class _TargetConnection(_Model):
+class _TargetConnection(_SinkModel):
     """Connection settings shared by the sinks that write into a database server."""
 
     host: str = Field("127.0.0.1", min_length=1, description="Target server host.")
@@ -820,8 +829,29 @@ class ChangelogTableSinkConfig(_TargetConnection):
     )
 
 
+class PluginsSinkConfig(_SinkModel):
+    """``plugins``: FlexCDC-style callbacks. Each listed class is instantiated once per run
+    and called in binlog order: `begin_trx`, one `insert` / `delete` / `update_before` +
+    `update_after` per row image, then `commit_trx` (or `rollback_trx` for a transaction
+    the server logged with ROLLBACK), with a transaction id kept across restarts and a
+    global sequence number per row image. Callbacks run on the driver once per micro-batch;
+    a batch replayed after a failure calls them again (`ctx.batch_id` tells). The Plugin
+    protocol is in README "Your own logic"."""
+
+    type: Literal["plugins"] = Field(
+        "plugins", exclude=True, repr=False, description="Set from the mapping key; not written."
+    )
+    plugins: list[DottedPath] = Field(
+        min_length=1, description="Plugin classes, called in this order, such as "
+        "`mypkg.audit:AuditPlugin`."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="Anything the plugins read as `ctx.options`."
+    )
+
+
 _SinkUnion = Union[ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig, MirrorSinkConfig,
-                   ChangelogTableSinkConfig]
+                   ChangelogTableSinkConfig, PluginsSinkConfig]
 
 SINK_TYPES: dict[str, type[_Model]] = {
     cls.model_fields["type"].default: cls for cls in get_args(_SinkUnion)
@@ -829,28 +859,7 @@ SINK_TYPES: dict[str, type[_Model]] = {
 """Sink models by the key that selects them in YAML."""
 
 
-def _unwrap_sink(value: object) -> object:
-    """``{"changelog": {...}}`` -> ``{"type": "changelog", ...}`` for the tagged union."""
-    if isinstance(value, tuple(SINK_TYPES.values())):
-        return value
-    if not isinstance(value, dict) or len(value) != 1:
-        raise PydanticCustomError(
-            "sink_shape", "each sink is a one-key mapping such as `- changelog: {path: ./cl}`"
-        )
-    ((kind, options),) = value.items()
-    if kind not in SINK_TYPES:
-        raise PydanticCustomError(
-            "sink_type",
-            "unknown sink type '{kind}'; expected one of: {known}",
-            {"kind": kind, "known": ", ".join(SINK_TYPES)},
-        )
-    options = {} if options is None else options
-    if not isinstance(options, dict) or "type" in options:
-        raise PydanticCustomError(
-            "sink_options", "the options of sink '{kind}' must be a mapping of its options",
-            {"kind": kind},
-        )
-    return {**options, "type": kind}
+_unwrap_sink = one_key_unwrapper(SINK_TYPES, "sink", "- changelog: {path: ./cl}")
 
 
 AnySinkConfig = Annotated[
@@ -878,11 +887,40 @@ class PipelineConfig(_Model):
     )
     source: SourceConfig = Field(description="The server to capture from.")
     spark: SparkConfig = Field(description="The Spark session and streaming query.")
+    transforms: list[AnyTransformConfig] = Field(
+        default_factory=list,
+        description="Transforms applied in order to every change before every sink: one-key "
+        "mappings such as `- mask: {columns: [shop.user.email]}` (see the sections below).",
+    )
+    transforms_path: list[LocalPath] = Field(
+        default_factory=list,
+        description="Folders searched first for the modules of `python` transforms, `helpers` "
+        "and plugins (relative to the YAML file's folder); their code is shipped to Spark's "
+        "executors.",
+    )
+    helpers: list[ModuleName] = Field(
+        default_factory=list,
+        description="Modules whose public functions user code gets as `helpers.NAME` (next to "
+        "the built-in `obfuscate`, `hash` and `mask`).",
+    )
+    dead_letter: DeadLetterConfig | None = Field(
+        None, description="Where events go that a transform with `on_error: dead_letter` could "
+        "not process; required when one has it."
+    )
     sinks: list[AnySinkConfig] = Field(
         min_length=1,
         description="Where changes go: a list of one-key mappings such as "
         "`- changelog: {path: ./changelog}`; at least one.",
     )
+
+    @model_validator(mode="after")
+    def _dead_letter_target(self) -> Self:
+        every = list(self.transforms) + [t for s in self.sinks for t in s.transforms]
+        if uses_dead_letters(every) and self.dead_letter is None:
+            raise PydanticCustomError(
+                "dead_letter_missing", "a transform has on_error: dead_letter, so `dead_letter` "
+                "must say where those events go (path: or kafka:)")
+        return self
 
     @model_validator(mode="after")
     def _sink_server_ids_fit(self) -> Self:

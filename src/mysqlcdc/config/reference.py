@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
 from mysqlcdc.config.fields import TypeName
-from mysqlcdc.config.models import SINK_TYPES, PipelineConfig, models_in
+from mysqlcdc.config.models import SINK_TYPES, TRANSFORM_TYPES, PipelineConfig, models_in
 
 __all__ = ["render", "EXAMPLE"]
 
@@ -71,6 +71,9 @@ Rules that hold everywhere:
   dumped (it shows as `***`).
 - **Sinks** are a list of one-key mappings: the key (`changelog`, `console`, `kafka`) picks the sink
   type, the value holds its options (`- console:` alone takes every default).
+- **Transforms** are written the same way (`- mask: {{columns: [shop.user.email]}}`), in the
+  top-level `transforms` list (every sink) or in a sink's own `transforms` list (after the
+  top-level ones); each transform type's options are listed once below, under the top level.
 """
 
 
@@ -82,18 +85,25 @@ def render() -> str:
     return "\n".join(parts)
 
 
-def _sections(model: type[BaseModel], path: str) -> list[tuple[str, type[BaseModel]]]:
-    """Depth-first ``(title, model)`` pairs, the top level first."""
+def _sections(model: type[BaseModel], path: str,
+              seen: set | None = None) -> list[tuple[str, type[BaseModel]]]:
+    """Depth-first ``(title, model)`` pairs, the top level first; a model met again (the
+    transforms every sink accepts) is listed once, under its first path."""
+    seen = set() if seen is None else seen
+    if model in seen:
+        return []
+    seen.add(model)
     found = [(path or "top level", model)]
     for name, field in model.model_fields.items():
         for child in models_in(field.annotation):
-            found += _sections(child, _child_path(path, name, child))
+            found += _sections(child, _child_path(path, name, child), seen)
     return found
 
 
 def _child_path(path: str, name: str, child: type[BaseModel]) -> str:
     dotted = f"{path}.{name}" if path else name
-    tag = next((t for t, m in SINK_TYPES.items() if m is child), None)
+    tags = {**SINK_TYPES, **TRANSFORM_TYPES}
+    tag = next((t for t, m in tags.items() if m is child), None)
     return f"{dotted}[].{tag}" if tag else dotted
 
 
@@ -101,7 +111,7 @@ def _section(title: str, model: type[BaseModel]) -> str:
     rows = [
         "| option | type | default | description |",
         "| --- | --- | --- | --- |",
-        *(_row(n, f) for n, f in model.model_fields.items() if not f.exclude),
+        *(_row(f.alias or n, f) for n, f in model.model_fields.items() if not f.exclude),
     ]
     doc = " ".join((model.__doc__ or "").split())
     return f"## `{title}`\n\n{doc}\n\n" + "\n".join(rows) + "\n"
@@ -147,6 +157,8 @@ def _type_name(tp: Any) -> str:
 def _union_name(args: tuple[Any, ...]) -> str:
     members = [a for a in args if a is not type(None)]
     if len(members) > 1 and all(isinstance(a, type) and issubclass(a, BaseModel) for a in members):
+        if all(m in TRANSFORM_TYPES.values() for m in members):
+            return "transform: " + " | ".join(TRANSFORM_TYPES)
         return "sink: " + " | ".join(SINK_TYPES)
     text = " | ".join(_type_name(a) for a in members)
     return f"{text} or null" if len(members) < len(args) else text

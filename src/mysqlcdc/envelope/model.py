@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 __all__ = ["ENVELOPE_FIELDS", "ENVELOPE_DDL", "ARROW_SCHEMA", "OP_INSERT", "OP_UPDATE", "OP_DELETE",
-           "OP_READ", "OP_TRUNCATE", "OP_SCHEMA", "ROW_OPS"]
+           "OP_READ", "OP_TRUNCATE", "OP_SCHEMA", "OP_ROLLBACK", "ROW_OPS"]
 
 OP_INSERT = "c"
 OP_UPDATE = "u"
@@ -18,6 +18,9 @@ OP_DELETE = "d"
 OP_READ = "r"
 OP_TRUNCATE = "t"
 OP_SCHEMA = "s"      # a DDL changed a table's definition (before/after: the definitions)
+# the transaction ended with ROLLBACK although the binlog holds its rows (tables that cannot
+# roll back, such as MyISAM); only with the reader's emitRollbacks option (the plugins sink)
+OP_ROLLBACK = "x"
 ROW_OPS = (OP_INSERT, OP_UPDATE, OP_DELETE, OP_READ)
 
 # (name, spark DDL type, arrow type) in envelope order.

@@ -15,7 +15,7 @@ from typing import Any, Callable
 from mysqlcdc.capture.server import preflight
 from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, KafkaSinkConfig,
                                     ChangelogTableSinkConfig, MirrorSinkConfig,
-                                    PipelineConfig)
+                                    PipelineConfig, PluginsSinkConfig)
 from mysqlcdc.errors import (BinlogPurgedError, ConfigError, MysqlcdcError, ServerIdInUseError,
                              ServerUnreachableError, from_text)
 from mysqlcdc.protocol.connection import ConnectionSettings
@@ -186,11 +186,50 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
             time.sleep(1.0)
 
 
+def _load(spark, cfg: PipelineConfig, index: int, options: dict, history: str | None):
+    """Sink ``index``'s stream, through the pipeline's and the sink's transforms."""
+    if not cfg.transforms and not cfg.sinks[index].transforms:
+        return spark.readStream.format("mysqlcdc").options(**options).load()
+    from mysqlcdc.pipeline.transforms import sink_chain
+    from mysqlcdc.spark.transforms import load_transformed
+
+    dead_letters = None
+    if cfg.dead_letter is not None:
+        from mysqlcdc.sinks.dead_letter import from_config, make_writer
+
+        dead_letters = make_writer(from_config(cfg.dead_letter))
+    chain = sink_chain(cfg, index, history_dir=history, dead_letters=dead_letters,
+                       checkpoint_dir=local_dir(sink_checkpoint(cfg, index)))
+    return load_transformed(spark, options, chain)
+
+
+def _start_plugins(spark, cfg: PipelineConfig, sink: PluginsSinkConfig, df, *, index: int,
+                   checkpoint: str, history: str | None, trigger: str, name: str):
+    from mysqlcdc.pipeline.transforms import helpers_of, plugin_classes
+    from mysqlcdc.sinks.plugins import PluginsSettings, start_plugins
+
+    folder = local_dir(checkpoint)
+    if folder is None:
+        raise ConfigError(f"sink {index} (plugins) needs a local spark.checkpoint: it keeps its "
+                          "transaction ids there")
+    settings = PluginsSettings(classes=plugin_classes(sink), state_dir=str(folder / "plugins"),
+                               history_dir=history, options=dict(sink.options),
+                               pipeline=cfg.name, config=cfg, helpers=helpers_of(cfg))
+    return start_plugins(df, settings, checkpoint=checkpoint, trigger_interval=trigger,
+                         name=name)
+
+
 def start_queries(spark, cfg: PipelineConfig) -> list:
     """Start one streaming query per sink; returns them in sink order."""
     from mysqlcdc.sinks.changelog import from_sink_config as changelog_settings, start_changelog
     from mysqlcdc.sinks.console import start_console
 
+    if cfg.transforms or any(s.transforms for s in cfg.sinks) or \
+            any(isinstance(s, PluginsSinkConfig) for s in cfg.sinks):
+        from mysqlcdc.pipeline.transforms import check_user_code
+        from mysqlcdc.spark.transforms import ship_user_code
+
+        ship_user_code(spark, check_user_code(cfg))
     queries = []
     for index, sink in enumerate(cfg.sinks):
         checkpoint = sink_checkpoint(cfg, index)
@@ -201,7 +240,9 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
                         "kept in memory and bootstrapped again at every start", checkpoint, index)
         else:
             options["schemaHistory"] = history
-        df = spark.readStream.format("mysqlcdc").options(**options).load()
+        if isinstance(sink, PluginsSinkConfig):
+            options["emitRollbacks"] = "true"
+        df = _load(spark, cfg, index, options, history)
         name = f"{cfg.name}-{index}-{sink.type}"
         trigger = cfg.spark.trigger_interval
         if isinstance(sink, ChangelogSinkConfig):
@@ -238,6 +279,9 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
                                   "schema history kept there")
             q = start_changelog_table(df, table_settings(sink, cfg.name, history),
                                       checkpoint=checkpoint, trigger_interval=trigger, name=name)
+        elif isinstance(sink, PluginsSinkConfig):
+            q = _start_plugins(spark, cfg, sink, df, index=index, checkpoint=checkpoint,
+                               history=history, trigger=trigger, name=name)
         else:  # pragma: no cover - the config model admits only known sinks
             raise ConfigError(f"sink type {sink.type!r} is not supported by this version")
         queries.append(q)
@@ -260,6 +304,10 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
 
     if resume_from_sink or wants_sink_resume(cfg):
         cfg = sink_resume(cfg)
+    if cfg.transforms or any(s.transforms for s in cfg.sinks):
+        from mysqlcdc.pipeline.transforms import check_user_code
+
+        check_user_code(cfg)     # a typo in user code stops here, before any server or Spark
     follow_failover(cfg)
     checked_preflight(cfg)
     if cfg.source.snapshot_mode() == "initial_only":

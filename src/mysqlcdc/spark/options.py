@@ -37,6 +37,11 @@ Options (case-insensitive, as Spark passes them)::
     pipelineName                     a signal naming another pipeline is ignored
     includeQuery                     true: the statement text (ANNOTATE_ROWS / ROWS_QUERY)
                                      in each row's ``query`` field
+    emitRollbacks                    true: a record with op ``x`` where a transaction whose
+                                     rows are in the binlog ends with ROLLBACK (plugins sink)
+    transformsFile                   a pickled ``transforms.chain.Chain`` (no ordered
+                                     transform) that the read tasks apply to what they read;
+                                     written by ``mysqlcdc.spark.transforms``
 """
 
 from __future__ import annotations
@@ -129,6 +134,8 @@ class SourceOptions:
     snapshot_timeout_s: float | None = None
     signal_table: tuple[str, str] | None = None
     pipeline: str | None = None
+    emit_rollbacks: bool = False
+    transforms_file: str | None = None
 
     def chunk_key(self, name: str) -> tuple[str, ...] | None:
         """The user's chunk key of ``db.table``, if any."""
@@ -185,6 +192,8 @@ class SourceOptions:
             snapshot_timeout_s=_number(options, "snapshotQueryTimeout", None, minimum=0.001),
             signal_table=signal,
             pipeline=_get(options, "pipelineName"),
+            emit_rollbacks=_choice(options, "emitRollbacks", ("false", "true")) == "true",
+            transforms_file=_get(options, "transformsFile"),
         )
 
 

@@ -39,7 +39,6 @@ from mysqlcdc.capture.planner import RangePlanner
 from mysqlcdc.capture.positions import PositionFinder, resolve_start
 from mysqlcdc.capture.server import list_binlogs
 from mysqlcdc.capture.task import RangeTask, read_range
-from mysqlcdc.envelope.model import ENVELOPE_DDL
 from mysqlcdc.errors import BinlogPurgedError, SourceChangedError
 from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol import retry
@@ -104,13 +103,19 @@ class MysqlcdcDataSource(DataSource):
         return "mysqlcdc"
 
     def schema(self) -> str:
-        return ENVELOPE_DDL
+        from mysqlcdc.spark.transforms import read_chain, schema_ddl
+
+        return schema_ddl(read_chain(self.options))   # the envelope (+ transforms' columns)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        return MysqlcdcStreamReader(SourceOptions.parse(self.options))
+        from mysqlcdc.spark.transforms import read_chain
+
+        return MysqlcdcStreamReader(SourceOptions.parse(self.options), read_chain(self.options))
 
     def reader(self, schema) -> DataSourceReader:
-        return MysqlcdcBatchReader(SourceOptions.parse(self.options))
+        from mysqlcdc.spark.transforms import read_chain
+
+        return MysqlcdcBatchReader(SourceOptions.parse(self.options), read_chain(self.options))
 
 
 class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -122,8 +127,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     up to it is read in bounded batches (without the mixin Spark would ask for
     everything at once, one unbounded batch)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, chain=None) -> None:
         self.options = options
+        self.chain = chain            # transforms the read tasks apply (spark.transforms)
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
         self._snapshot = SnapshotPhase(options, lambda: self.planner)
@@ -271,15 +277,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [replace(t, signals=tap) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        chunk = getattr(partition, "chunk", None)
-        if chunk is not None:
-            return finish_batches(_read_chunk(chunk), partition.epoch, partition.counts)
-        task = getattr(partition, "task", None)
-        # Spark hands an empty range a single placeholder partition of its own.
-        if task is None:
-            return iter(())
-        return finish_batches(read_range(task), getattr(partition, "epoch", 0),
-                              getattr(partition, "counts", None))
+        return _transformed(self.chain, _read(partition))
 
     def commit(self, end: dict) -> None:
         pass   # progress lives in Spark's checkpoint; nothing to release server-side
@@ -292,8 +290,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class MysqlcdcBatchReader(DataSourceReader):
     """A bounded range ``[startingPosition, endingPosition)`` as a batch DataFrame."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, chain=None) -> None:
         self.options = options
+        self.chain = chain
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = RangePlanner(self.options)
@@ -311,6 +310,27 @@ class MysqlcdcBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        task = getattr(partition, "task", None)
-        # Spark hands an empty range a single placeholder partition of its own.
-        return iter(()) if task is None else read_range(task)
+        return _transformed(self.chain, _read(partition))
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A partition's envelope batches with the seq epoch applied and rows counted (what
+    was read: before any transform)."""
+    chunk = getattr(partition, "chunk", None)
+    if chunk is not None:
+        return finish_batches(_read_chunk(chunk), partition.epoch, partition.counts)
+    task = getattr(partition, "task", None)
+    # Spark hands an empty range a single placeholder partition of its own.
+    if task is None:
+        return iter(())
+    return finish_batches(read_range(task), getattr(partition, "epoch", 0),
+                          getattr(partition, "counts", None))
+
+
+def _transformed(chain, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The read task's batches through the transforms it was given (none: as read)."""
+    if chain is None:
+        return batches
+    from mysqlcdc.spark.transforms import run_in_task
+
+    return run_in_task(chain, 0, batches)

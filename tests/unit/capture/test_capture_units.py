@@ -238,3 +238,41 @@ def test_skimmed_transaction_events_decode_as_parsed_ones():
         assert rows[-1]["txn_id"] == f"bin.000003:{states[-4][0][1]}"
         assert rows[0]["ts_ms"] == 1_700_000_000_000
         assert rows[0]["query"] == ("INSERT INTO narrow VALUES (1)" if include_query else None)
+
+
+def _query_event(text: str, db: bytes = b"shop") -> bytes:
+    import struct
+    post = struct.pack("<IIBHH", 7, 0, len(db), 0, 0)          # no status variables
+    return _micro().event(2, post + db + b"\x00" + text.encode())
+
+
+def test_rollback_after_rows_is_a_record_only_when_asked():
+    """A group whose rows are followed by ROLLBACK (a transaction cache that held changes
+    of a table that cannot roll back): with emit_rollbacks an ``op = x`` record closes it,
+    carrying the transaction's id; a COMMIT closes the next one as usual."""
+    from mysqlcdc.binlog.parser import BinlogParser
+    from mysqlcdc.capture.changes import ChangeDecoder
+
+    m = _micro()
+    tmap = m.table_map(7, "narrow", m.NARROW)
+    events = [m.fde(), _mariadb_gtid(20, 0), _query_event("BEGIN"), tmap,
+              m.rows_event(7, 4, [m.narrow_row(1)]), _query_event("ROLLBACK"),
+              _mariadb_gtid(21, 0), _query_event("BEGIN"), tmap,
+              m.rows_event(7, 4, [m.narrow_row(2)]), _query_event("COMMIT")]
+
+    def decode(emit: bool) -> list[dict]:
+        decoder = ChangeDecoder(BinlogParser(), emit_rollbacks=emit)
+        pos = 4
+        for raw in events:
+            decoder.feed_raw("bin.000003", pos, raw)
+            pos += len(raw)
+        return decoder.take().to_pylist()
+
+    plain = decode(False)
+    assert [(r["op"], r["txn_id"]) for r in plain] == [("c", "0-1-20"), ("c", "0-1-21")]
+    marked = decode(True)
+    assert [(r["op"], r["txn_id"]) for r in marked] == [("c", "0-1-20"), ("x", "0-1-20"),
+                                                        ("c", "0-1-21")]
+    x = marked[1]
+    assert x["query"] == "ROLLBACK" and x["table"] is None and x["before"] is None
+    assert plain[0]["seq"] < x["seq"] < plain[1]["seq"]

@@ -1,0 +1,1 @@
+"""The example's own logic: a transform, helpers and an audit plugin."""

@@ -1,0 +1,179 @@
+"""``flatten``: each change of a table, with the rows it references embedded as they were
+at that change's binlog position, without ever querying the source.
+
+Configured as joins (``reservation.userid -> user.userid``). The transform keeps the
+referenced tables' rows itself: every change of ``user`` (snapshot rows included) is
+stored as a version at its ``seq`` (:mod:`mysqlcdc.transforms.state`). A change of
+``reservation`` at seq S gets, in its ``before`` and ``after`` images, the user row's
+newest version *before S*: what the database held at that point of the binlog. A user
+row updated a moment after the reservation was inserted is a later version, so it
+never leaks into the reservation's event, which a query back to the source (reading
+the row's state at *processing* time) cannot promise.
+
+It runs in the ordered stage: one task per micro-batch sees the rows in seq order.
+With ``reemit``, a change of a referenced row also emits an update of each row of the
+flattened table that points at it (before: flattened with the old referenced row,
+after: with the new one), at the referenced change's position and seq.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+
+from mysqlcdc.envelope.model import OP_TRUNCATE, ROW_OPS
+from mysqlcdc.errors import ConfigError
+from mysqlcdc.transforms.api import Transform, TransformContext
+from mysqlcdc.transforms.batch import EventBatch
+from mysqlcdc.transforms.state import VersionStore
+
+__all__ = ["Flatten", "Join"]
+
+_loads, _dumps = orjson.loads, orjson.dumps
+
+
+@dataclass(frozen=True)
+class Join:
+    column: str          # in the flattened table
+    table: str           # db.table referenced
+    key: str             # column of the referenced table
+    name: str            # field the referenced row is embedded as
+
+
+class Flatten(Transform):
+    kind = "flatten"
+    ordered = True
+
+    def __init__(self, table: str, joins: list[Join], reemit: bool = False,
+                 keep_referenced: bool = True) -> None:
+        self.table = table
+        self.joins = list(joins)
+        self.reemit = reemit
+        self.keep_referenced = keep_referenced
+        self._referenced = {j.table for j in self.joins}
+        self._store: VersionStore | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_store"] = None
+        return state
+
+    def state_file(self, state_dir: str) -> Path:
+        return Path(state_dir) / f"flatten-{self.table}.sqlite"
+
+    def open(self, ctx: TransformContext) -> None:
+        if ctx.state_dir is None:
+            raise ConfigError(f"{self.describe()} keeps its state in the sink's checkpoint "
+                              "folder: spark.checkpoint must be a local path (or a mount every "
+                              "executor sees)")
+        self._store = VersionStore(self.state_file(ctx.state_dir))
+        self._began = False
+
+    def close(self, ctx: TransformContext) -> None:
+        if self._store is not None:
+            if self._began:
+                self._store.commit()
+            self._store.close()
+            self._store = None
+
+    def apply(self, events: EventBatch, ctx: TransformContext) -> EventBatch:
+        rows = events.to_batch().to_pylist()
+        if not rows:
+            return events
+        store = self._store
+        if not self._began:
+            store.begin(ctx.batch_id, int(rows[0]["seq"]))
+            self._began = True
+        out: list[dict[str, Any]] = []
+        for row in rows:
+            name = f"{row['db']}.{row['table']}"
+            if name in self._referenced:
+                emitted = self._referenced_change(row, name)
+                if self.keep_referenced:
+                    out.append(row)
+                out.extend(emitted)
+            elif name == self.table and row["op"] in ROW_OPS:
+                self._remember(row)
+                out.append(self._flattened(row))
+            else:
+                out.append(row)
+        schema = events.batch.schema
+        return EventBatch(pa.RecordBatch.from_pylist(out, schema=schema))
+
+    # --- referenced tables -----------------------------------------------------------
+
+    def _referenced_change(self, row: dict, name: str) -> list[dict]:
+        seq = int(row["seq"])
+        if row["op"] == OP_TRUNCATE:
+            self._store.truncate(name, seq)
+            return []
+        if row["op"] not in ROW_OPS:
+            return []
+        image = row["after"] if row["op"] != "d" else None
+        source = _loads(row["after"] if image is not None else row["before"] or "null")
+        for join in self.joins:
+            if join.table == name and source and join.key in source:
+                self._store.put(name, _ref_key(source[join.key]), seq, image)
+        return self._reemit(row, name, seq) if self.reemit else []
+
+    # --- the flattened table ----------------------------------------------------------
+
+    def _remember(self, row: dict) -> None:
+        if not self.reemit or row["key"] is None:
+            return
+        seq, after = int(row["seq"]), row["after"] if row["op"] != "d" else None
+        self._store.put(self.table, row["key"], seq, after)
+        if after is not None:
+            image = _loads(after)
+            refs = [(i, _ref_key(image.get(j.column))) for i, j in enumerate(self.joins)]
+            self._store.put_refs(self.table, row["key"], seq, refs)
+
+    def _flattened(self, row: dict, below: int | None = None) -> dict:
+        seq = int(row["seq"]) if below is None else below
+        out = dict(row)
+        for side in ("before", "after"):
+            if row[side] is not None:
+                out[side] = self._embed(row[side], seq)
+        return out
+
+    def _embed(self, text: str, below: int) -> str:
+        image = _loads(text)
+        for join in self.joins:
+            value = image.get(join.column)
+            ref = None if value is None else self._store.get(join.table, _ref_key(value), below)
+            image[join.name] = None if ref is None else _loads(ref)
+        return _dumps(image).decode()
+
+    def _reemit(self, row: dict, name: str, seq: int) -> list[dict]:
+        """Updates of every flattened row pointing at the referenced row that changes."""
+        if row["op"] not in ("u", "d"):
+            return []
+        before = _loads(row["before"] or "null") or {}
+        out = []
+        for i, join in enumerate(self.joins):
+            if join.table != name or join.key not in before:
+                continue
+            for key in self._store.pointing_at(self.table, i, _ref_key(before[join.key]), seq):
+                image = self._store.get(self.table, key, seq)
+                out.append(self._reemitted(row, key, image, seq))
+        return out
+
+    def _reemitted(self, cause: dict, key: str, image: str, seq: int) -> dict:
+        """before: the row flattened as it was just before the referenced change;
+        after: flattened with that change (stored already, so looked up below seq + 1)."""
+        db, table = self.table.split(".", 1)
+        event = dict(cause)
+        event.update(op="u", db=db, table=table, key=key, moved_key=None, query=None,
+                     before=self._embed(image, seq), after=self._embed(image, seq + 1),
+                     seq=Decimal(seq))
+        return event
+
+
+def _ref_key(value: Any) -> str:
+    """A referenced key's value as the store keys it (its JSON text)."""
+    return _dumps(value).decode()
