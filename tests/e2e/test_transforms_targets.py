@@ -68,6 +68,8 @@ def test_transforms_run_before_mirrors_and_the_debezium_format(
 
     msgs = [json.loads(m.value()) for p in read_topic(kafka.bootstrap, f"{db}.{db}.member").values()
             for m in p if m.value() is not None]
+    # Kafka keeps each key's order; across keys the envelope's seq gives the binlog's
+    msgs.sort(key=lambda v: int(v["source"]["seq"]))
     assert [(v["op"], (v["after"] or v["before"])["id"]) for v in msgs] == \
         [("c", 1), ("c", 3), ("u", 1), ("d", 3)]
     assert [v["after"]["email"] for v in msgs if v["after"]] == \
