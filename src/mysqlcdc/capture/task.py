@@ -15,6 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.capture.batchend import EndRule, Found, iter_until, write_found
 from mysqlcdc.capture.changes import ChangeDecoder, HistoryLookup, iter_change_batches
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.protocol.connection import ConnectionSettings
@@ -41,6 +42,8 @@ class RangeTask:
     include_query: bool = False
     # where this task reports its outages for the driver's progress line (best effort)
     status_path: str | None = None
+    # set: the task finds where its batch ends (``capture.batchend``); ``end`` is the cap
+    rule: "EndRule | None" = None
 
 
 def task_view(task: RangeTask) -> SchemaView:
@@ -52,8 +55,10 @@ def task_view(task: RangeTask) -> SchemaView:
     return SchemaView(versions=versions, batch_start=task.start)
 
 
-def read_range(task: RangeTask) -> Iterator[pa.RecordBatch]:
-    """Decode ``[task.start, task.end)`` into envelope record batches."""
+def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.RecordBatch]:
+    """Decode ``[task.start, task.end)`` into envelope record batches. With a ``rule``
+    the task finds its end itself; what it found is written to the rule's record and
+    appended to ``found``."""
     view = task_view(task)
     lookup = HistoryLookup(view)
     parser = BinlogParser(tables=lookup, include=task.tables, file=task.start.file)
@@ -64,7 +69,17 @@ def read_range(task: RangeTask) -> Iterator[pa.RecordBatch]:
     if report is not None:
         STATS.listen(report)
     try:
-        yield from iter_change_batches(stream, decoder, end=task.end, batch_rows=task.batch_rows)
+        if task.rule is None:
+            yield from iter_change_batches(stream, decoder, end=task.end,
+                                           batch_rows=task.batch_rows)
+        else:
+            out: list[Found] = []
+            yield from iter_until(stream, decoder, task.start, task.rule,
+                                  batch_rows=task.batch_rows, out=out)
+            if task.rule.record is not None:
+                write_found(task.rule.record, out[0])
+            if found is not None:
+                found.extend(out)
     finally:
         stream.close()
         if report is not None:

@@ -2,7 +2,8 @@
 
 Spark writes the planned offsets of batch N to ``<checkpoint>/offsets/N``: a
 version line, a metadata line, then one JSON line per source. Ours is the line
-with ``file`` and ``pos``.
+with ``file`` and ``pos``. An end offset a read task resolves (``upto``,
+``capture.batchend``) stands for the end its task recorded.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mysqlcdc.capture.batchend import resolved_end
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["local_dir", "batch_offset", "latest_offset"]
+__all__ = ["HISTORY_DIR", "local_dir", "batch_offset", "latest_offset"]
+
+HISTORY_DIR = "mysqlcdc-schema"     # the schema history's folder inside a sink's checkpoint
 
 
 def local_dir(checkpoint: str) -> Path | None:
@@ -33,7 +37,8 @@ def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
         except ValueError:
             continue
         if isinstance(data, dict) and {"file", "pos"} <= data.keys():
-            return BinlogPosition.of(data["file"], int(data["pos"]))
+            # an end its read task resolved: its record lies in the schema history
+            return resolved_end(data, checkpoint / HISTORY_DIR)
     return None
 
 

@@ -26,6 +26,12 @@ Options (case-insensitive, as Spark passes them)::
     snapshotChunkRows                rows per snapshot chunk (default 50000)
     includeQuery                     true: the statement text (ANNOTATE_ROWS / ROWS_QUERY)
                                      in each row's ``query`` field
+    planning                         tasks (default): streaming read tasks find where their
+                                     micro-batch ends (needs schemaHistory, a folder the
+                                     executors share); driver: the driver walks each
+                                     batch's range first, as before issue 12
+    minSliceBytes                    with parallelism > 1, the least binlog bytes worth a
+                                     read task of its own (default 1 MiB)
 """
 
 from __future__ import annotations
@@ -104,6 +110,8 @@ class SourceOptions:
     include_query: bool = False
     snapshot_mode: str = "never"
     snapshot_chunk_rows: int = 50_000
+    planning: str = "tasks"
+    min_slice_bytes: int = 1 << 20
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -144,6 +152,8 @@ class SourceOptions:
             include_query=_choice(options, "includeQuery", ("false", "true")) == "true",
             snapshot_mode=_choice(options, "snapshotMode", ("never", "initial", "initial_only")),
             snapshot_chunk_rows=_int(options, "snapshotChunkRows", 50_000),
+            planning=_choice(options, "planning", ("tasks", "driver")),
+            min_slice_bytes=_int(options, "minSliceBytes", 1 << 20),
         )
 
 

@@ -140,8 +140,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if snap is not None and self.options.snapshot_mode == "initial_only":
             return start                       # snapshot done; nothing is streamed
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return _offset(self._through_outages(
-            lambda p: p.next_end(_position(start), max_events, self._target)))
+        return self._through_outages(lambda p: p.plan_end(start, max_events, self._target))
 
     def reportLatestOffset(self) -> dict | None:
         return None
@@ -151,7 +150,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if plan:
             chunks = self._through_outages(lambda p: p.chunk_tasks(plan))
             return [ChunkPartition(c) for c in chunks]
-        tasks = self._through_outages(lambda p: p.tasks(_position(start), _position(end)))
+        tasks = self._through_outages(lambda p: p.plan_tasks(start, end))
         return [RangePartition(t) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
