@@ -61,6 +61,7 @@ _GTID_STARTS = frozenset({C.GTID_LOG_EVENT, C.ANONYMOUS_GTID_LOG_EVENT, C.GTID_T
 _PREFIX_PARSED = frozenset({C.TABLE_MAP_EVENT, C.QUERY_EVENT, C.MARIA_QUERY_COMPRESSED_EVENT,
                             C.TRANSACTION_PAYLOAD_EVENT, C.FORMAT_DESCRIPTION_EVENT,
                             C.ROTATE_EVENT, C.START_EVENT_V3})
+_PREFIX_WANTED = _PREFIX_PARSED | _GTID_STARTS
 
 
 @dataclass(frozen=True)
@@ -250,15 +251,23 @@ def iter_until(raws: Iterable[RawEventLike], decoder: ChangeDecoder, start: Binl
     task (``rule.cut_from``) first passes over the batch's events before its slice
     without decoding rows (counting them, checking TABLE_MAPs, looking for DDL)."""
     walk = _Walk(decoder, start, rule)
-    raws = iter(raws)
+    events: Iterable[RawEventLike] = raws
     if rule.cut_from is not None:
         first = walk.to_slice(raws)
         if first is None:
             if out is not None:
                 out.append(walk.found("empty"))
             return
-        raws = chain((first,), raws)
-    reason = yield from walk.decode(raws, batch_rows)
+        events = chain((first,), raws)
+    reason = yield from walk.decode(events, batch_rows)
+    if reason is None:
+        # the stream ended: a replication stream stops at the cap (``stop_at``)
+        at = getattr(raws, "position", None)
+        if at is None or at < rule.cap:
+            raise ConnectionLostError(f"binlog stream ended before the end of the range "
+                                      f"(at {walk.boundary[0]}:{walk.boundary[1]}, planned up "
+                                      f"to {rule.cap})")
+        walk.boundary, reason = (rule.cap.file, rule.cap.pos), "cap"
     if len(decoder.builder):
         walk.emitted += len(decoder.builder)
         yield decoder.take()
@@ -285,43 +294,51 @@ class _Walk:
     def _key(self, file: str, pos: int) -> tuple[int, int]:
         return (_number(self.numbers, file), pos)
 
-    def to_slice(self, raws: Iterator[RawEventLike]) -> RawEventLike | None:
+    def to_slice(self, raws: Iterable[RawEventLike]) -> RawEventLike | None:
         """Pass over the events before this task's slice: the first GTID event at or after
-        ``cut_from`` (returned, not consumed) begins it, unless the batch ends first (None):
-        its event count reached, its cap reached, or a DDL the history has not seen."""
+        ``cut_from`` (returned, consumed) begins it, unless the batch ends first (None):
+        its event count reached, its cap reached, or a DDL the history has not seen. A
+        replication stream hands out only the events looked at (``passing``)."""
         decoder, parser, lookup = self.decoder, self.decoder.parser, self.decoder.history
         cut = (self.rule.cut_from.file_number, self.rule.cut_from.pos)
-        known = decoder.known
-        count = 0
-        for raw in raws:
-            data = raw.data
-            code = data[4]
-            if code == _FDE:
-                _birth(raw.file, data, self.rule.births, self.births)
-            if raw.artificial:
-                decoder.feed(raw)
-                continue
-            here = self._key(raw.file, raw.pos)
-            if here >= self.cap_key:
-                return None
-            if code in _GTID_STARTS and here >= cut:
-                if count >= self.max_events:
+        known, passed = decoder.known, getattr(raws, "passed", 0)
+        events = raws.passing(_PREFIX_WANTED) if hasattr(raws, "passing") else iter(raws)
+        count = 0                       # events handed out; the rest are counted by the stream
+        try:
+            for raw in events:
+                data = raw.data
+                code = data[4]
+                if code == _FDE:
+                    _birth(raw.file, data, self.rule.births, self.births)
+                if raw.artificial:
+                    decoder.feed(raw)
+                    continue
+                here = self._key(raw.file, raw.pos)
+                if here >= self.cap_key:
                     return None
-                self.counted = decoder.events = count
-                self.boundary = (raw.file, raw.pos)
-                self.start = BinlogPosition(here[0], raw.pos, raw.file)
-                return raw
-            count += 1
-            if code not in _PREFIX_PARSED:
-                continue
-            lookup.at = (here[0], raw.pos, 0)
-            if code == _TABLE_MAP and parser.skim_table_map(data) is not None:
-                continue
-            for ev in parser.parse(data, raw.pos):
-                if ev.__class__ is QueryEvent and here >= known and \
-                        classify(ev.query) != "ignore":
-                    return None
-        raise ConnectionLostError(f"binlog stream ended before the slice at {self.rule.cut_from}")
+                if code in _GTID_STARTS:
+                    before = count + getattr(raws, "passed", 0) - passed
+                    if before >= self.max_events:
+                        return None      # the batch ended at or before this transaction
+                    if here >= cut:
+                        self.counted = decoder.events = before
+                        self.boundary = (raw.file, raw.pos)
+                        self.start = BinlogPosition(here[0], raw.pos, raw.file)
+                        return raw
+                count += 1
+                if code not in _PREFIX_PARSED:
+                    continue
+                lookup.at = (here[0], raw.pos, 0)
+                if code == _TABLE_MAP and parser.skim_table_map(data) is not None:
+                    continue
+                for ev in parser.parse(data, raw.pos):
+                    if ev.__class__ is QueryEvent and here >= known and \
+                            classify(ev.query) != "ignore":
+                        return None
+            return None                  # the stream stopped at the cap
+        finally:
+            if hasattr(events, "close"):
+                events.close()           # what it read and did not hand out stays queued
 
     def decode(self, raws: Iterable[RawEventLike], batch_rows: int):
         """Decode events until the end the rule finds; yields batches, returns why it ended."""
@@ -365,9 +382,7 @@ class _Walk:
                     return "events"
                 if self._key(*b) >= self.cap_key:
                     return "cap"
-        raise ConnectionLostError(f"binlog stream ended before the end of the range (at "
-                                  f"{self.boundary[0]}:{self.boundary[1]}, planned up to "
-                                  f"{rule.cap})")
+        return None
 
     def found(self, reason: str) -> Found:
         if len(self.decoder.builder):

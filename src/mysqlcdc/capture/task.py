@@ -64,7 +64,8 @@ def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.Record
     parser = BinlogParser(tables=lookup, include=task.tables, file=task.start.file)
     decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query)
     stream = ReplicationStream(task.settings, server_id=task.server_id, start=task.start,
-                               reconnect=task.retry)
+                               reconnect=task.retry,
+                               stop_at=None if task.rule is None else task.rule.cap)
     report = None if task.status_path is None else _status_writer(task.status_path)
     if report is not None:
         STATS.listen(report)
