@@ -504,6 +504,12 @@ class KafkaSinkConfig(_Model):
         "(a broker outage longer than attempts x timeout stops the pipeline; running it "
         "again replays the batch).",
     )
+    sort_memory_mb: int = Field(
+        128,
+        ge=1,
+        description="Memory (MB) each write task orders its rows by `seq` in; a larger "
+        "micro-batch (one big transaction is one) is sorted in runs spilled to local disk.",
+    )
     write_tasks: int | None = Field(
         None,
         ge=1,

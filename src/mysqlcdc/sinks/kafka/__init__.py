@@ -30,7 +30,8 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
 
     Rows are spread over ``write_tasks`` tasks by ``db``, ``table`` and ``key`` (default
     ``spark.sql.shuffle.partitions``), so every change of a key is published by one task,
-    which sorts its rows by ``seq``. ``available_now``: publish what is there, then stop.
+    which orders its rows by ``seq`` in bounded memory (``settings.sort_memory_mb``; a larger
+    micro-batch spills to local disk). ``available_now``: publish what is there, then stop.
     """
     register(df.sparkSession)
     tasks = write_tasks or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))

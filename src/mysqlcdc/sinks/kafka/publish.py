@@ -1,7 +1,7 @@
 """Publishing one write task's rows, and one batch's commit records. No pyspark here.
 
-Order: a task's rows are sorted by ``seq`` and produced in that order by one
-idempotent producer (ordering per partition is kept through retries), and the
+Order: a task's rows arrive sorted by ``seq`` and are produced in that order by one
+idempotent producer, a record batch at a time, each acknowledged before the next (ordering per partition is kept through retries), and the
 stream is spread over tasks by key, so every change of a key is in one task. The
 default partitioner hashes the key, so a key always lands in one partition.
 """
@@ -9,9 +9,6 @@ default partitioner hashes the key, so a key always lands in one partition.
 from __future__ import annotations
 
 import time
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from mysqlcdc.sinks.kafka.commitlog import CommitRecord
 from mysqlcdc.sinks.kafka.formats import (
@@ -22,16 +19,7 @@ from mysqlcdc.sinks.kafka.producer import drop_producer, producer_for, with_retr
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.topics import TopicRouter, ensure_topics, forget_topics
 
-__all__ = ["sorted_rows", "publish_rows", "publish_commit"]
-
-
-def sorted_rows(batches: list[pa.RecordBatch]) -> list[dict]:
-    """The rows of a task's record batches as dicts, in ``seq`` order."""
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return []
-    table = pa.Table.from_batches(batches)
-    return table.take(pc.sort_indices(table, [("seq", "ascending")])).to_pylist()
+__all__ = ["publish_rows", "publish_commit"]
 
 
 def _reset(settings: KafkaSettings) -> None:

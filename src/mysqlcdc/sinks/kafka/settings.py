@@ -16,6 +16,8 @@ The writer receives only Spark options (strings, keys lower-cased by Spark). Opt
     pipeline                 name written into commit-log records (default: mysqlcdc)
     deliveryTimeout          seconds one delivery attempt may take (default 60)
     deliveryAttempts         attempts per batch, each with a new producer (default 10)
+    sortMemoryMb             memory a write task orders its rows in before it spills
+                             sorted runs to local disk (default 128)
     checkpointLocation       set by writeStream; the batch end offsets are read from it
 """
 
@@ -53,6 +55,7 @@ class KafkaSettings:
     delivery_timeout_s: float = 60.0
     delivery_attempts: int = 10
     checkpoint: str | None = None
+    sort_memory_mb: int = 128
 
     def __repr__(self) -> str:   # the producer settings may hold secrets
         return f"KafkaSettings(topic={self.topic!r}, prefix={self.prefix!r}, format={self.format!r})"
@@ -92,6 +95,7 @@ class KafkaSettings:
             "replicationFactor": str(self.replication_factor), "commitTopic": self.commit_topic,
             "pipeline": self.pipeline, "deliveryTimeout": str(self.delivery_timeout_s),
             "deliveryAttempts": str(self.delivery_attempts),
+            "sortMemoryMb": str(self.sort_memory_mb),
         })
         for key, value in (("topicColumn", self.topic_column),
                            ("transactionTopic", self.transaction_topic)):
@@ -123,6 +127,7 @@ class KafkaSettings:
             delivery_timeout_s=float(low.get("deliverytimeout", cls.delivery_timeout_s)),
             delivery_attempts=_int(low, "deliveryattempts", cls.delivery_attempts),
             checkpoint=low.get("checkpointlocation"),
+            sort_memory_mb=_int(low, "sortmemorymb", cls.sort_memory_mb),
         )
 
 
@@ -137,6 +142,7 @@ def from_sink_config(sink, pipeline: str) -> KafkaSettings:
         topic_config=dict(sink.topic_config), transaction_topic=sink.transaction_topic,
         commit_topic=sink.commit_topic, pipeline=pipeline,
         delivery_timeout_s=sink.delivery_timeout_s, delivery_attempts=sink.delivery_attempts,
+        sort_memory_mb=sink.sort_memory_mb,
     )
 
 
