@@ -22,6 +22,7 @@ the headline; ``read_range`` and ``peer`` alone are decoder-only numbers.
     python bench/e2e.py --rows 1000000 --reps 2
     python bench/e2e.py --rows 200000 --reps 1 --tools read_range,changelog \\
         --set source.max_events_per_batch=200000 --conf spark.sql.maxConcurrentOutputFileWriters=0
+    python bench/e2e.py --tools changelog --parallelism 2 --cluster 2   # standalone cluster
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ from pipeline_bench import _rows, _sample  # noqa: E402
 from server import OUT_DIR, REPO_ROOT, BenchServer, data_dir_for  # noqa: E402
 
 sys.path.insert(0, str(REPO_ROOT))
-TOOLS = ("peer", "read_range", "changelog", "kafka")
+TOOLS = ("peer", "read_range", "startup", "changelog", "kafka")
+# ``startup``: the same changelog pipeline with nothing to read (from the server's current
+# position): Spark's start-up and the query's fixed cost, which a short run pays in full
 
 _YAML = """\
 name: e2e-{workload}
@@ -63,7 +66,7 @@ source:
 
 
 def _sink(kind: str, broker) -> str:
-    if kind == "changelog":
+    if kind in ("changelog", "startup"):
         return "  - changelog:\n      path: ./changelog\n"
     return (f"  - kafka:\n      bootstrap_servers: \"{broker.bootstrap}\"\n"
             f"      topic: \"{{prefix}}.{{db}}.{{table}}\"\n      topic_prefix: \"e2e{os.getpid()}-"
@@ -71,7 +74,10 @@ def _sink(kind: str, broker) -> str:
 
 
 def _yaml(args, server, workload: str, info: dict, kind: str, broker, server_id: int) -> str:
-    extra = {"max_events_per_batch": args.max_events, "parallelism": args.parallelism}
+    extra = {"max_events_per_batch": args.max_events, "parallelism": args.level}
+    start = f"{info['files'][0]}:4"
+    if kind == "startup":
+        start, extra["snapshot"] = "latest", "{mode: never}"
     for item in args.set:
         key, value = item.split("=", 1)
         if key.startswith("source."):
@@ -80,7 +86,7 @@ def _yaml(args, server, workload: str, info: dict, kind: str, broker, server_id:
     conf = {"spark.sql.shuffle.partitions": "2", **dict(c.split("=", 1) for c in args.conf)}
     conf_text = "  conf:\n" + "".join(f"    {k}: \"{v}\"\n" for k, v in conf.items())
     return _YAML.format(workload=workload, host=server.host, port=server.port, user=server.user,
-                        server_id=server_id, start=f"{info['files'][0]}:4", table=info["table"],
+                        server_id=server_id, start=start, table=info["table"],
                         source_extra=source_extra, master=args.master, trigger=args.trigger,
                         conf=conf_text, sink=_sink(kind, broker))
 
@@ -92,7 +98,8 @@ def run_pipeline(args, server, workload: str, info: dict, kind: str, broker,
         text = _yaml(args, server, workload, info, kind, broker, server_id)
         (Path(tmp) / "pipeline.yaml").write_text(text)
         env = {**os.environ, "PYTHONPATH": f"{args.src_dir}:{REPO_ROOT}",
-               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARK_LOCAL_IP": "127.0.0.1"}
         started = time.perf_counter()
         peak: dict[str, float] = {}
         with open(Path(tmp) / "stderr.txt", "w+") as err:
@@ -108,8 +115,7 @@ def run_pipeline(args, server, workload: str, info: dict, kind: str, broker,
             if proc.returncode != 0:
                 err.seek(0)
                 raise SystemExit(f"mysqlcdc run failed ({proc.returncode}):\n{err.read()[-4000:]}")
-        rows = _rows(Path(tmp) / "changelog") if kind == "changelog" else \
-            _kafka_rows(broker, text)
+        rows = _rows(Path(tmp) / "changelog") if kind != "kafka" else _kafka_rows(broker, text)
     roles: dict[str, float] = {}
     for role, seconds_cpu in cpu.values():
         roles[role] = roles.get(role, 0.0) + seconds_cpu
@@ -119,15 +125,17 @@ def run_pipeline(args, server, workload: str, info: dict, kind: str, broker,
 
 
 def _rss(cpu: dict[int, tuple[str, float]], peak: dict[str, float]) -> None:
-    """Peak resident set of each kind of process (MB), summed over processes of a kind."""
+    """Peak resident set (MB) of every process (``role pid``) and of each role's processes
+    together (``role``), sampled."""
     now: dict[str, float] = {}
     for pid, (role, _) in cpu.items():
         try:
             with open(f"/proc/{pid}/statm") as f:
-                pages = int(f.read().split()[1])
+                mb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
         except OSError:
             continue
-        now[role] = now.get(role, 0.0) + pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+        now[role] = now.get(role, 0.0) + mb
+        peak[f"{role} {pid}"] = max(peak.get(f"{role} {pid}", 0.0), mb)
     for role, mb in now.items():
         peak[role] = max(peak.get(role, 0.0), mb)
 
@@ -138,7 +146,8 @@ def _kafka_rows(broker, yaml_text: str) -> int:
 
     prefix = yaml_text.split('topic_prefix: "', 1)[1].split('"', 1)[0]
     topics = [t for t in AdminClient({"bootstrap.servers": broker.bootstrap})
-              .list_topics(timeout=30).topics if t.startswith(prefix + ".")]
+              .list_topics(timeout=30).topics
+              if t.startswith(prefix + ".") and not t.endswith(".mysqlcdc-commits")]
     return sum(sum(len(m) for m in read_topic(broker.bootstrap, t, timeout_s=600).values())
                for t in topics)
 
@@ -164,8 +173,22 @@ def summarize(results: list[dict], tools: list[str], workloads: list[str]) -> li
                              "rows_per_cpu_s": statistics.median(r["rows"] / r["cpu_seconds"]
                                                                  for r in rs),
                              "rows": rs[0]["rows"]}
+        startup = [r["seconds"] for r in results
+                   if r["workload"] == workload and r["tool"] == "startup"]
         for tool, m in med.items():
+            if tool == "startup":
+                out.append({"workload": workload, "tool": tool, "rows": 0,
+                            "seconds": round(statistics.median(startup), 1)})
+                continue
             row = {"workload": workload, "tool": tool, **{k: round(v) for k, v in m.items()}}
+            if startup and tool not in ("peer", "read_range"):
+                secs = statistics.median(r["seconds"] for r in results
+                                         if r["workload"] == workload and r["tool"] == tool)
+                row["rows_per_s_after_startup"] = round(
+                    m["rows"] / max(secs - statistics.median(startup), 1e-3))
+                if "read_range" in med:
+                    row["x_read_range_after_startup"] = round(
+                        row["rows_per_s_after_startup"] / med["read_range"]["rows_per_s"], 2)
             for base in ("read_range", "peer"):
                 if base in med and base != tool:
                     row[f"x_{base}"] = round(m["rows_per_s"] / med[base]["rows_per_s"], 2)
@@ -175,13 +198,18 @@ def summarize(results: list[dict], tools: list[str], workloads: list[str]) -> li
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"\n{'workload':<8} {'tool':<11} {'rows':>9} {'rows/s':>8} {'rows/CPU-s':>10} "
-          f"{'x read_range':>12} {'x peer':>7} {'x read_range CPU':>16} {'x peer CPU':>10}")
+    print(f"\n{'workload':<8} {'tool':<14} {'rows':>9} {'rows/s':>8} {'rows/CPU-s':>10} "
+          f"{'x read_range':>12} {'x peer':>7} {'x read_range CPU':>16} {'x peer CPU':>10} "
+          f"{'x read_range after start-up':>27}")
     for r in rows:
-        print(f"{r['workload']:<8} {r['tool']:<11} {r['rows']:>9} {r['rows_per_s']:>8} "
+        if r["tool"] == "startup":
+            print(f"{r['workload']:<8} {'startup':<14} {'':>9} {r['seconds']:>7} s (an empty "
+                  f"pipeline: Spark start-up and the query's fixed cost)")
+            continue
+        print(f"{r['workload']:<8} {r['tool']:<14} {r['rows']:>9} {r['rows_per_s']:>8} "
               f"{r['rows_per_cpu_s']:>10} {r.get('x_read_range', ''):>12} "
               f"{r.get('x_peer', ''):>7} {r.get('x_read_range_cpu', ''):>16} "
-              f"{r.get('x_peer_cpu', ''):>10}")
+              f"{r.get('x_peer_cpu', ''):>10} {r.get('x_read_range_after_startup', ''):>27}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,19 +222,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peer-limit", type=int, default=200_000)
     ap.add_argument("--cpu", type=int, default=0, help="the core the decode-only tools run on")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--cluster", type=int, default=0, metavar="WORKERS",
+                    help="run the pipelines on a Spark standalone cluster of this many one-core "
+                         "workers on loopback (started and stopped here)")
     ap.add_argument("--trigger", default="0 seconds")
     ap.add_argument("--max-events", type=int, default=50_000)
-    ap.add_argument("--parallelism", type=int, default=1)
+    ap.add_argument("--parallelism", default="1",
+                    help="source.parallelism; a list (1,2,4) runs each pipeline tool at each")
     ap.add_argument("--set", action="append", default=[], metavar="source.KEY=VALUE")
     ap.add_argument("--conf", action="append", default=[], metavar="SPARK.KEY=VALUE")
     ap.add_argument("--src", default=str(REPO_ROOT / "src"), help="the src/ tree to run")
     args = ap.parse_args(argv)
     args.src_dir = Path(args.src).resolve()
     tools, workloads = args.tools.split(","), args.workloads.split(",")
+    levels = [int(x) for x in str(args.parallelism).split(",")]
 
     basedir = data_dir_for(args.rows, args.seed)
     manifest = json.loads((basedir / "manifest.json").read_text())
     server = BenchServer(basedir=basedir).start()
+    cluster = None
+    if args.cluster:
+        from tests.support.spark_cluster import StandaloneCluster
+        cluster = StandaloneCluster(workers=args.cluster, cores=1, memory="1g").start()
+        args.master = cluster.url
+        args.conf = [f"spark.cores.max={args.cluster}", "spark.executor.cores=1",
+                     "spark.executor.memory=768m", *args.conf]
     broker = None
     if "kafka" in tools:
         from tests.support.kafka import Broker
@@ -218,22 +258,30 @@ def main(argv: list[str] | None = None) -> int:
             order = tools if rep % 2 == 0 else tools[::-1]
             for workload in workloads:
                 info = manifest["workloads"][workload]
-                for tool in order:
-                    if tool in ("peer", "read_range"):
+                runs = [(t, None) if t in ("peer", "read_range") else (t, p)
+                        for t in order for p in levels]
+                for tool, level in (runs if rep % 2 == 0 else runs[::-1]):
+                    if level is None:
                         r = run_decoder(args, server, workload, info, tool, next(ids))
                     else:
+                        args.level = level
                         r = run_pipeline(args, server, workload, info, tool, broker, next(ids))
+                        if len(levels) > 1:
+                            r["tool"] = tool = f"{tool}/p{level}"
                     r.update(workload=workload, rep=rep)
-                    expected = info["counts"]["total"] if tool != "peer" else min(
-                        args.peer_limit, info["counts"]["total"])
+                    expected = 0 if tool == "startup" else info["counts"]["total"] \
+                        if tool != "peer" else min(args.peer_limit, info["counts"]["total"])
                     r["rows_ok"] = r["rows"] == expected
                     results.append(r)
                     print(json.dumps(r), flush=True)
     finally:
         if broker is not None:
-            broker.stop()
+            broker.kill()
+        if cluster is not None:
+            cluster.stop()
         server.stop()
-    table = summarize(results, tools, workloads)
+    names = list(dict.fromkeys(r["tool"] for r in results))
+    table = summarize(results, names, workloads)
     print_table(table)
     if not all(r["rows_ok"] for r in results):
         print("\nROW COUNTS DIFFER from the workload's on some runs: see rows_ok above")

@@ -25,6 +25,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from mysqlcdc.envelope.model import envelope_json
+
 __all__ = ["encode_key", "mysqlcdc_value", "debezium_value", "headers", "TxnTally",
            "tally_transactions", "merge_tallies", "boundary_records", "VERSION"]
 
@@ -56,15 +58,8 @@ def encode_key(row: Row) -> bytes | None:
 
 
 def mysqlcdc_value(row: Row) -> bytes:
-    """The envelope as JSON, fields in envelope order."""
-    return (
-        f'{{"op":{_j(row["op"])},"db":{_j(row["db"])},"table":{_j(row["table"])},'
-        f'"before":{_raw(row["before"])},"after":{_raw(row["after"])},"key":{_raw(row["key"])},'
-        f'"ts_ms":{_j(row["ts_ms"])},"server_id":{_j(row["server_id"])},'
-        f'"gtid":{_j(row["gtid"])},"txn_id":{_j(row["txn_id"])},"file":{_j(row["file"])},'
-        f'"pos":{_j(row["pos"])},"row":{_j(row["row"])},"seq":"{row["seq"]}",'
-        f'"query":{_j(row.get("query"))},"moved_key":{_raw(row.get("moved_key"))}}}'
-    ).encode()
+    """The envelope as JSON, fields in envelope order (``envelope.model.envelope_json``)."""
+    return envelope_json(row).encode()
 
 
 def debezium_value(row: Row, name: str, now_ms: int) -> bytes:
