@@ -45,7 +45,9 @@ from server import OUT_DIR, REPO_ROOT, BenchServer, data_dir_for  # noqa: E402
 sys.path.insert(0, str(REPO_ROOT))
 TOOLS = ("peer", "read_range", "startup", "changelog", "kafka")
 # ``startup``: the same changelog pipeline with nothing to read (from the server's current
-# position): Spark's start-up and the query's fixed cost, which a short run pays in full
+# position): Spark's start-up and the query's fixed cost, which a short run pays in full;
+# ``both``: one pipeline with both sinks (each sink its own query and read: what one read
+# fanned out to every sink would save, DESIGN.md decision 13)
 
 _YAML = """\
 name: e2e-{workload}
@@ -66,11 +68,12 @@ source:
 
 
 def _sink(kind: str, broker) -> str:
-    if kind in ("changelog", "startup"):
-        return "  - changelog:\n      path: ./changelog\n"
-    return (f"  - kafka:\n      bootstrap_servers: \"{broker.bootstrap}\"\n"
-            f"      topic: \"{{prefix}}.{{db}}.{{table}}\"\n      topic_prefix: \"e2e{os.getpid()}-"
-            f"{time.time_ns()}\"\n")
+    changelog = "  - changelog:\n      path: ./changelog\n"
+    kafka = (f"  - kafka:\n      bootstrap_servers: \"{broker.bootstrap}\"\n"
+             f"      topic: \"{{prefix}}.{{db}}.{{table}}\"\n      topic_prefix: \"e2e{os.getpid()}-"
+             f"{time.time_ns()}\"\n") if broker is not None else ""
+    return {"changelog": changelog, "startup": changelog, "kafka": kafka,
+            "both": changelog + kafka}[kind]
 
 
 def _yaml(args, server, workload: str, info: dict, kind: str, broker, server_id: int) -> str:
@@ -116,6 +119,9 @@ def run_pipeline(args, server, workload: str, info: dict, kind: str, broker,
                 err.seek(0)
                 raise SystemExit(f"mysqlcdc run failed ({proc.returncode}):\n{err.read()[-4000:]}")
         rows = _rows(Path(tmp) / "changelog") if kind != "kafka" else _kafka_rows(broker, text)
+        if kind == "both":
+            kafka_rows = _kafka_rows(broker, text)
+            rows = rows if rows == kafka_rows else -abs(rows - kafka_rows)   # must agree
     roles: dict[str, float] = {}
     for role, seconds_cpu in cpu.values():
         roles[role] = roles.get(role, 0.0) + seconds_cpu
@@ -248,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         args.conf = [f"spark.cores.max={args.cluster}", "spark.executor.cores=1",
                      "spark.executor.memory=768m", *args.conf]
     broker = None
-    if "kafka" in tools:
+    if "kafka" in tools or "both" in tools:
         from tests.support.kafka import Broker
         broker = Broker(os.environ.get("KAFKA_BOOTSTRAP") or None).start()
     ids = iter(range(20000 + os.getpid() % 1000 * 40, 10**9, 8))

@@ -117,9 +117,9 @@ class KafkaWatch:
         for msg in self.consumer.consume(500, timeout=0.01):
             if msg.error() or msg.value() is None:
                 continue
-            after = json.loads(msg.value()).get("after")
+            after = json.loads(msg.value()).get("after")       # embedded JSON: an object
             if after:
-                self.seen.setdefault(json.loads(after)["id"], time.time())
+                self.seen.setdefault(after["id"], time.time())
 
     def close(self) -> None:
         self.consumer.close()
