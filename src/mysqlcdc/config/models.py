@@ -514,7 +514,8 @@ class KafkaSinkConfig(_Model):
         None,
         ge=1,
         description="Spark tasks that produce each batch (rows are spread by key). Null: "
-        "`spark.sql.shuffle.partitions`.",
+        "`spark.sql.shuffle.partitions`. 1: no shuffle at all (the read tasks' rows go to "
+        "the one producer task as they are; the low-latency setting).",
     )
     producer_config: dict[str, SparkConfValue] = Field(
         default_factory=dict,

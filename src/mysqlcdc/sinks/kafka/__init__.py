@@ -35,8 +35,11 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
     """
     register(df.sparkSession)
     tasks = write_tasks or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    # one write task needs no shuffle: the read tasks' rows go to it as they are (one
+    # Spark stage per batch instead of two, the low-latency setting's choice)
+    spread = df.coalesce(1) if tasks == 1 else df.repartition(tasks, "db", "table", "key")
     writer = (
-        df.repartition(tasks, "db", "table", "key").writeStream.format(FORMAT)
+        spread.writeStream.format(FORMAT)
         .options(**settings.to_options())
         .option("checkpointLocation", checkpoint)
     )
