@@ -47,7 +47,7 @@ TOOLS = ("peer", "read_range", "startup", "changelog", "kafka")
 # ``startup``: the same changelog pipeline with nothing to read (from the server's current
 # position): Spark's start-up and the query's fixed cost, which a short run pays in full;
 # ``both``: one pipeline with both sinks (each sink its own query and read: what one read
-# fanned out to every sink would save, DESIGN.md decision 13)
+# fanned out to every sink would save, DESIGN.md decision 17)
 
 _YAML = """\
 name: e2e-{workload}

@@ -18,7 +18,8 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── EncryptedBinlogError
     │   │   └── UnsupportedEventError   an event that can carry rows, not decodable
     │   ├── SchemaError                 row does not fit the table definition
-    │   │   └── UnsupportedDdlError     a DDL the schema history cannot apply with certainty
+    │   │   ├── UnsupportedDdlError     a DDL the schema history cannot apply with certainty
+    │   │   ├── KafkaSchemaUnknownError the Kafka sink has no definition for a row
     │   │   ├── SchemaBootstrapError    history cannot start at that position
     │   │   └── TableQuarantinedError   a table's rows are held back
     │   ├── PreflightError              server not usable for CDC
@@ -29,6 +30,12 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── ServerIdInUseError
     │   │   └── AuthenticationError
     │   ├── ProtocolError               the server said something we do not accept
+    │   ├── GtidPositionError           a GTID set has no single position on this server
+    │   ├── SeekError                   a seek cannot be done as asked
+    │   │   └── SeekNotConfirmedError   a seek that skips or replays, not confirmed as such
+    │   ├── ServerBinaryMissingError    the demo's throwaway server is not installed
+    │   ├── LocalServerError            the demo's throwaway server did not start
+    │   ├── UnauthorizedError           an API request without the instance's bearer token
     │   ├── MirrorTableStoppedError     a change a mirror target cannot apply (that table stops)
     │   └── MirrorAuthError             a mirror target refused the credentials
     └── TransientError
@@ -70,8 +77,15 @@ __all__ = [
     "MirrorAuthError",
     "MirrorUnavailableError",
     "ChangelogWriteError",
+    "KafkaSchemaUnknownError",
     "SourceChangedError",
     "OutageTooLongError",
+    "GtidPositionError",
+    "SeekError",
+    "SeekNotConfirmedError",
+    "ServerBinaryMissingError",
+    "LocalServerError",
+    "UnauthorizedError",
     "from_text",
 ]
 
@@ -299,7 +313,8 @@ class MirrorTableStoppedError(TerminalError):
     """A change the mirror target cannot apply; that table stops, the others keep flowing.
 
     Recorded in the target's ``mysqlcdc_mirror_stopped`` table (same transaction as the
-    batch); ``db``/``table`` name the source table.
+    batch; a Delta mirror: a ``kind = 'stopped'`` row of its ``_mysqlcdc_offsets`` table);
+    ``db``/``table`` name the source table.
     """
 
     code = "MIRROR_TABLE_STOPPED"
@@ -333,6 +348,57 @@ class ChangelogWriteError(TransientError):
     code = "CHANGELOG_WRITE_FAILED"
     hint = ("Fix the storage (space, permissions, mount) and run the pipeline again: the "
             "batch is replayed and committed exactly once.")
+
+
+class KafkaSchemaUnknownError(SchemaError):
+    """The Kafka sink's ``debezium`` format found no table definition for a row (or one
+    without the row's columns) in the schema history it reads."""
+
+    code = "KAFKA_SCHEMA_UNKNOWN"
+    hint = ("The kafka sink reads table definitions from the source's schema history: run it "
+            "through `mysqlcdc run` (or give the source's schemaHistory folder to "
+            "KafkaSettings.history_dir); the batch is replayed when the pipeline runs again.")
+class GtidPositionError(TerminalError):
+    """A GTID set that does not end at one binlog position of this server: a transaction
+    of the set is logged after one that is not in it (replication domains or sources
+    applied in another order here)."""
+
+    code = "GTID_POSITION_AMBIGUOUS"
+    hint = ("Start from a GTID set that includes every transaction before the named one, "
+            "or from a FILE:POS on this server; nothing was skipped.")
+
+
+class SeekError(TerminalError):
+    """A seek of a pipeline cannot be done as asked."""
+
+    code = "SEEK_FAILED"
+    hint = "Stop the pipeline first; seek needs its checkpoint folder to be local."
+
+
+class SeekNotConfirmedError(SeekError):
+    """A seek forward skips changes and a seek backward replays them: the request must
+    say which it expects."""
+
+    code = "SEEK_NOT_CONFIRMED"
+    hint = ("Repeat the request with confirm set to the direction named in the message "
+            "(skip: changes in between are never delivered; replay: they are delivered again).")
+
+
+class ServerBinaryMissingError(TerminalError):
+    code = "SERVER_BINARY_MISSING"
+    hint = ("Install the MariaDB server (apt-get install mariadb-server) or point the demo at "
+            "a server you have: mysqlcdc demo --mysql mysql://user:password@host:3306")
+
+
+class LocalServerError(TerminalError):
+    code = "LOCAL_SERVER_FAILED"
+    hint = ("Read the server's error log named in the message, or point the demo at a server "
+            "you have: mysqlcdc demo --mysql mysql://user:password@host:3306")
+
+
+class UnauthorizedError(TerminalError):
+    code = "UNAUTHORIZED"
+    hint = "Send the header `Authorization: Bearer <token>` with the instance's API token."
 
 
 _NAMED = None

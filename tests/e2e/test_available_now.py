@@ -68,6 +68,6 @@ def test_available_now_target_is_fixed_when_the_query_starts(mariadb, fresh_db,
             ends.append(end)
             offset = end
         assert len(ends) > 3
-        assert offset == {"file": target.file, "pos": target.pos}
+        assert (offset["file"], offset["pos"]) == (target.file, target.pos)
     finally:
         reader.stop()

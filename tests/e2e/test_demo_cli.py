@@ -1,4 +1,5 @@
-"""The demo shows the reservation changes; the CLI reports bad input by name."""
+"""The demo shows the reservation changes and a Delta mirror equal to the source; the CLI
+reports bad input by name."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ import sys
 
 import pytest
 
-from mysqlcdc.pipeline.demo import DEMO_DB, WORKLOAD, run_demo
+from mysqlcdc.pipeline.demo import DEMO_DB, TABLES, WORKLOAD, run_demo
 
 pytestmark = pytest.mark.e2e
 
 
 def test_demo_captures_every_reservation_change(spark, tmp_path):
     steps: list[str] = []
-    rows = run_demo(tmp_path / "demo", None, steps.append)
+    result = run_demo(tmp_path / "demo", None, steps.append, mirror=True)
+    rows = result.changes
     statements = sum(len(txn) for txn in WORKLOAD)
     assert statements == 10
     ops = [(r["table"], r["op"]) for r in rows]
@@ -28,6 +30,12 @@ def test_demo_captures_every_reservation_change(spark, tmp_path):
     assert price["price"] == "39.90"
     assert any("throwaway MariaDB" in s for s in steps)
     assert (tmp_path / "demo" / "changelog").is_dir()
+    # --mirror: the Delta mirror holds what the source holds, value for value
+    assert set(result.mirror) == set(TABLES)
+    assert all(result.mirror_equal(t) for t in TABLES), (result.source, result.mirror)
+    assert [r[0] for r in result.mirror["reservation"]] == [1, 3]
+    assert result.mirror["reservation"][0][4] == "confirmed"
+    assert result.mirror_position and (tmp_path / "demo" / "mirror" / DEMO_DB / "thing").is_dir()
 
 
 def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mysqlcdc.sinks.mirror import MirrorSettings, start_mirror
+from mysqlcdc.sinks.mirror import MirrorSettings, read_consistent, read_position, start_mirror
 
 from tests.support.mariadb import binlog_position
 from tests.support.mirror import assert_target_equals_source
@@ -77,6 +77,10 @@ FIXTURES = {"postgresql": ("postgres", "postgres"), "mysql": ("mariadb_target", 
 
 
 def target_settings(kind: str, request, **extra) -> tuple[MirrorSettings, object]:
+    """Settings for a mirror into ``kind``, and its server (for delta: the root folder)."""
+    if kind == "delta":
+        root = request.getfixturevalue("tmp_path") / "delta-mirror"
+        return MirrorSettings(target="delta", path=str(root), **extra), root
     fixture, database = FIXTURES[kind]
     server = request.getfixturevalue(fixture)
     return MirrorSettings(target=kind, host=server.host, port=server.port,
@@ -84,12 +88,15 @@ def target_settings(kind: str, request, **extra) -> tuple[MirrorSettings, object
                           database=database, **extra), server
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "mysql", "redis"])
-def test_mirror_equals_source(spark, mariadb, fresh_db, source_options, tmp_path, request, kind):
+@pytest.mark.parametrize("kind,mode", [("postgresql", "current"), ("mysql", "current"),
+                                       ("redis", "current"), ("delta", "current"),
+                                       ("delta", "history"), ("postgresql", "history")])
+def test_mirror_equals_source(spark, mariadb, fresh_db, source_options, tmp_path, request, kind,
+                              mode):
     start = str(binlog_position(mariadb))
     history = str(tmp_path / "history")
     settings, server = target_settings(kind, request, pipeline=f"e2e-{fresh_db}",
-                                       history_dir=history)
+                                       history_dir=history, mode=mode)
     df = spark.readStream.format("mysqlcdc").options(**source_options(
         startingPosition=start, include=f"{fresh_db}.*", schemaHistory=history,
         maxEventsPerBatch=150)).load()
@@ -104,16 +111,26 @@ def test_mirror_equals_source(spark, mariadb, fresh_db, source_options, tmp_path
         query.stop()
     assert query.exception() is None
     assert_target_equals_source(mariadb, server, kind, fresh_db,
-                                ["hot", "kept"] if kind == "redis" else ["v", "hot", "kept"])
+                                ["hot", "kept"] if kind == "redis" else ["v", "hot", "kept"],
+                                history=mode == "history")
+    if kind == "delta":
+        assert not (server / fresh_db / "gone").exists()
+        position = read_position(settings)
+        assert position["batch_id"] >= 2 and position["stopped"] == []
+        cut = read_consistent(server)
+        assert set(cut.tables) == {f"{fresh_db}.{t}" for t in ("v", "hot", "kept")}
+        assert str(cut.position) == position["position"]
+        return
     if kind == "redis":
         assert not list(server.client().scan_iter(f"{fresh_db}:gone:*"))
-        assert int(server.client().hget(f"mysqlcdc:offsets:{settings.pipeline}", "batch_id")) >= 2
+        (key,) = server.client().keys(f"mysqlcdc:offsets:{settings.pipeline}@*")
+        assert int(server.client().hget(key, "batch_id")) >= 2
         return
     assert not server.sql(f"SELECT 1 FROM information_schema.tables WHERE table_schema = "
                           f"'{fresh_db}' AND table_name = 'gone'")
     ledger = "public" if kind == "postgresql" else settings.database
     batches, = server.sql(f"SELECT batch_id FROM {ledger}.mysqlcdc_offsets "
-                          f"WHERE pipeline = '{settings.pipeline}'")
+                          f"WHERE pipeline LIKE '{settings.pipeline}@%'")
     assert batches[0] >= 2, "the work should span several batches"
 
 

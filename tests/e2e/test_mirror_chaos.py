@@ -1,5 +1,6 @@
 """Chaos: a random workload while `mysqlcdc run` is SIGKILLed at random points; afterwards
-each mirror target (PostgreSQL, a second MariaDB, Redis) equals SELECT * of the source."""
+each mirror target (PostgreSQL, a second MariaDB, Redis, Delta Lake; current state and
+history tables) equals SELECT * of the source."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from mysqlcdc.types import BinlogPosition
 
 from tests.support.mariadb import binlog_position
-from tests.support.mirror import assert_target_equals_source
+from tests.support.mirror import assert_history_chains, assert_target_equals_source
 
 pytestmark = pytest.mark.e2e
 
@@ -30,11 +31,12 @@ TXNS = 500
 PK_CHANGES = True
 
 
-def _sink(kind: str, server) -> str:
-    """One mirror sink per pipeline: the sinks of one pipeline share source.server_id, and
-    concurrent readers with one server id are refused by the server."""
-    lines = [f"  - mirror:", f"      target: {kind}", f"      host: {server.host}",
-             f"      port: {server.port}"]
+def _sink(kind: str, server, mode: str) -> str:
+    """One mirror sink per pipeline (each test one target)."""
+    lines = [f"  - mirror:", f"      target: {kind}", f"      mode: {mode}"]
+    if kind == "delta":
+        return "\n".join(lines + [f"      path: {server}"])
+    lines += [f"      host: {server.host}", f"      port: {server.port}"]
     if kind == "postgresql":
         lines += [f"      user: {server.user}", "      password_env: CHAOS_TARGET_PASSWORD"]
     elif kind == "mysql":
@@ -44,7 +46,8 @@ def _sink(kind: str, server) -> str:
     return "\n".join(lines)
 
 
-def _config(tmp_path: Path, mariadb, db: str, start: str, kind: str, server) -> Path:
+def _config(tmp_path: Path, mariadb, db: str, start: str, kind: str, server,
+            mode: str = "current") -> Path:
     path = tmp_path / "pipeline.yaml"
     path.write_text(f"""
 name: mirror-chaos
@@ -64,7 +67,7 @@ spark:
   conf:
     spark.sql.shuffle.partitions: "2"
 sinks:
-{_sink(kind, server)}
+{_sink(kind, server, mode)}
 """)
     return path
 
@@ -129,16 +132,22 @@ def _workload(mariadb, db: str, done: threading.Event) -> None:
 FIXTURES = {"postgresql": "postgres", "mysql": "mariadb_target", "redis": "redis_server"}
 
 
-@pytest.mark.parametrize("kind", ["postgresql", "mysql", "redis"])
-def test_sigkill_chaos_target_equals_source(mariadb, fresh_db, tmp_path, request, kind):
-    server = request.getfixturevalue(FIXTURES[kind])
+# History mode runs on Delta here (its SQL form is in test_mirror.py and the integration
+# tests): each case costs several Spark starts, so the suite keeps one per target and mode.
+@pytest.mark.parametrize("kind,mode", [("postgresql", "current"), ("mysql", "current"),
+                                       ("redis", "current"), ("delta", "current"),
+                                       ("delta", "history")])
+def test_sigkill_chaos_target_equals_source(mariadb, fresh_db, tmp_path, request, kind, mode):
+    server = (tmp_path / "delta-mirror" if kind == "delta"
+              else request.getfixturevalue(FIXTURES[kind]))
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.acct (id INT PRIMARY KEY, name VARCHAR(40), "
                 "bal DECIMAL(12,2), big BIGINT UNSIGNED, seen DATETIME(3))",
                 f"CREATE TABLE `{fresh_db}`.hot (k INT PRIMARY KEY, n INT)")
     start = str(binlog_position(mariadb))
-    config = _config(tmp_path, mariadb, fresh_db, start, kind, server)
+    config = _config(tmp_path, mariadb, fresh_db, start, kind, server, mode)
+    password = getattr(server, "password", "")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "CHAOS_TARGET_PASSWORD": server.password}
+           "CHAOS_TARGET_PASSWORD": password}
     done = threading.Event()
     writer = threading.Thread(target=_workload, args=(mariadb, fresh_db, done), daemon=True)
     rnd = random.Random(23)
@@ -166,8 +175,11 @@ def test_sigkill_chaos_target_equals_source(mariadb, fresh_db, tmp_path, request
     final = _start(config, env, "--until-idle")
     assert final.wait(timeout=400) == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
     log = (tmp_path / "pipeline.log").read_text()
-    assert not server.password or server.password not in log
-    assert_target_equals_source(mariadb, server, kind, fresh_db, ["acct", "hot"])
+    assert not password or password not in log
+    assert_target_equals_source(mariadb, server, kind, fresh_db, ["acct", "hot"],
+                                history=mode == "history")
+    if mode == "history":
+        assert_history_chains(mariadb, server, kind, fresh_db, ["acct", "hot"])
     # `mysqlcdc mirror position` prints the transaction boundary the target reflects
     shown = subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", "mirror", "position",
                             str(config), "--json"], capture_output=True, text=True, env=env,
@@ -177,3 +189,6 @@ def test_sigkill_chaos_target_equals_source(mariadb, fresh_db, tmp_path, request
     assert row["target"] == kind and row["batch_id"] >= 2 and row["stopped"] == []
     at = BinlogPosition.parse(row["position"])
     assert BinlogPosition.parse(start) < at <= binlog_position(mariadb)
+    if kind == "delta":               # every table's last commit is at or before the cut
+        assert {t["table"] for t in row["tables"]} == {f"{fresh_db}.acct", f"{fresh_db}.hot"}
+        assert all(BinlogPosition.parse(t["position"]) <= at for t in row["tables"])

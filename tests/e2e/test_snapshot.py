@@ -78,8 +78,15 @@ class Writer(threading.Thread):
     def __init__(self, server, db: str) -> None:
         super().__init__(daemon=True)
         self.server, self.db, self.stop_now, self.done = server, db, threading.Event(), 0
+        self.error: BaseException | None = None
 
     def run(self) -> None:
+        try:
+            self._write()
+        except BaseException as exc:    # noqa: BLE001 - reported by the test, never lost
+            self.error = exc
+
+    def _write(self) -> None:
         rnd = random.Random(7)
         conn = self.server.connect(database=self.db)
         fresh = 10 ** 6
@@ -90,12 +97,12 @@ class Writer(threading.Thread):
                 statements = [
                     ("UPDATE ints SET v = v + 1000000 WHERE id = %s", (k,)),
                     ("DELETE FROM ints WHERE id = %s", (rnd.randint(1, ROWS),)),
-                    ("INSERT INTO ints VALUES (%s, 1)", (fresh,)),
+                    ("INSERT INTO ints (id, v) VALUES (%s, 1)", (fresh,)),
                     ("UPDATE ints SET id = %s WHERE id = %s", (fresh + 10 ** 6, k)),
                     ("UPDATE pairs SET v = v + 1 WHERE a = %s", (k // 3,)),
                     ("DELETE FROM pairs WHERE a = %s AND b = 'b1'", (rnd.randint(1, ROWS // 3),)),
                     ("UPDATE names SET v = -v WHERE name = %s", (f"n{k:06d}",)),
-                    ("INSERT INTO names VALUES (%s, 7)", (f"m{fresh}",)),
+                    ("INSERT INTO names (name, v) VALUES (%s, 7)", (f"m{fresh}",)),
                     ("UPDATE nokey SET w = w + 1 WHERE v = %s", (k,)),
                     ("DELETE FROM nokey WHERE v = %s", (rnd.randint(1, ROWS),)),
                 ]
@@ -174,6 +181,7 @@ def test_snapshot_and_stream_equal_the_source_under_a_writer(spark, mariadb, fre
         time.sleep(1)
     os.killpg(proc.pid, signal.SIGINT)
     proc.wait(timeout=60)
+    assert writer.error is None, f"the writer stopped early: {writer.error!r}"
     assert writer.done > 200, "the writer hardly ran"
     ops = _ops(spark, tmp_path / "changelog")
     assert ops.get("r", 0) > 3 * ROWS and ops.get("u", 0) > 0 and ops.get("d", 0) > 0

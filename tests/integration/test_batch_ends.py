@@ -11,6 +11,7 @@ import pytest
 from mysqlcdc.capture import batchend
 from mysqlcdc.capture.planner import RangePlanner
 from mysqlcdc.capture.task import read_range
+from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.spark.options import SourceOptions
 
 from tests.support.mariadb import binlog_position
@@ -24,9 +25,11 @@ def _planner(source_options, tmp_path, name: str, start, db: str, **extra) -> Ra
         startingPosition=str(start), include=f"{db}.*", schemaHistory=str(folder), **extra)))
 
 
-def _drive(planner: RangePlanner, start, max_events, *, forget_records: bool = False):
+def _drive(planner: RangePlanner, start, max_events, *, forget_records: bool = False,
+           found: list | None = None):
     """Plan and read batches as the stream reader does until nothing is new; returns
-    the end of each batch, the rows of all, and the scans the driver made."""
+    the end of each batch, the rows of all, and the scans the driver made. ``found``
+    gets each pending batch's recorded GTID set and last commit time."""
     scans = []
     original = planner.scan
 
@@ -46,6 +49,9 @@ def _drive(planner: RangePlanner, start, max_events, *, forget_records: bool = F
         if forget_records and batchend.pending(end):
             batchend.record_path(planner.options.schema_history, end).unlink()
         ends.append(planner.position_of(end))
+        if found is not None and batchend.pending(end):
+            f = planner.found_of(end)
+            found.append((f.gtids, f.last_ts))
         offset = end
     rows = pa.concat_tables(tables).to_pylist() if tables else []
     return ends, rows, scans
@@ -82,9 +88,10 @@ def test_same_batches_and_rows_as_the_driver_walk(mariadb, fresh_db, source_opti
     _workload(mariadb, fresh_db)
     legacy = _planner(source_options, tmp_path, "driver", start, fresh_db, planning="driver")
     tasks = _planner(source_options, tmp_path, "tasks", start, fresh_db)
+    found: list = []
     try:
         old_ends, old_rows, _ = _drive(legacy, start, max_events)
-        new_ends, new_rows, scans = _drive(tasks, start, max_events)
+        new_ends, new_rows, scans = _drive(tasks, start, max_events, found=found)
     finally:
         legacy.close()
         tasks.close()
@@ -92,6 +99,14 @@ def test_same_batches_and_rows_as_the_driver_walk(mariadb, fresh_db, source_opti
     assert len(new_ends) > (1 if max_events else 0)
     assert _changes(new_rows) == _changes(old_rows) and len(new_rows) == 30 + 40 + 10
     assert scans == []                           # the driver walked no batch
+    # the records carry the offsets' GTID set (the transactions read) and commit time
+    gtids = list(dict.fromkeys(r["gtid"] for r in new_rows))
+    assert len(found) == len(new_ends) and len(gtids) == 32
+    joined = GtidSet()
+    for text, _ in found:
+        joined = joined.union(GtidSet.parse(text))
+    assert str(joined) == str(GtidSet().add_all(gtids))
+    assert found[-1][1] == new_rows[-1]["ts_ms"]
 
 
 def test_a_ddl_ends_the_batch_before_it_and_the_history_applies_it(
@@ -204,14 +219,17 @@ def test_slices_read_what_one_task_reads(mariadb, fresh_db, source_options, tmp_
     mariadb.sql(f"ALTER TABLE `{fresh_db}`.a ADD COLUMN z INT")
     _workload_more = [f"INSERT INTO `{fresh_db}`.a VALUES ({i}, 'x', {i})" for i in range(100, 130)]
     mariadb.sql(*_workload_more)
+    one_found: list = []
+    many_found: list = []
     try:
-        ends, rows, _ = _drive(one, start, max_events)
-        sliced, sliced_rows, scans = _drive(many, start, max_events)
+        ends, rows, _ = _drive(one, start, max_events, found=one_found)
+        sliced, sliced_rows, scans = _drive(many, start, max_events, found=many_found)
         records = list((tmp_path / "many" / batchend.RECORDS).glob("*-*.json"))
     finally:
         one.close()
         many.close()
     assert sliced == ends
+    assert many_found == one_found and one_found[-1][0]   # slices' GTID sets joined
     assert _changes(sliced_rows) == _changes(rows) and len(rows) == 30 + 40 + 10 + 30 + 3
     reasons = [batchend.read_found(p).reason for p in records]
     assert "slice" in reasons                    # the batches were cut into slices

@@ -43,6 +43,14 @@ class Stream:
         return self.rec("s", table, before=before and before.to_json(),
                         after=after and after.to_json())
 
+    def rename(self, old: TableDef, new: TableDef) -> list[dict]:
+        """A table rename: the old name's record (after null), then the new name's, which
+        carries the old definition as ``before``; both at one position."""
+        drop_rec = self.ddl(old.name, old, None)
+        create_rec = self.ddl(new.name, old, new)
+        create_rec["pos"], create_rec["seq"] = drop_rec["pos"], drop_rec["seq"]
+        return [drop_rec, create_rec]
+
     def ins(self, table, row, pk="id"):
         return self.rec("c", table, after=row, key={pk: row[pk]})
 
@@ -139,10 +147,7 @@ def test_schema_changes_truncate_and_stop(postgres, pg_settings, db):
     v3 = tdef(db, "b", *v2.columns)
     batch = [s.ddl("a", v1, v2), s.ins("a", {"id": 3, "label": "z", "c": "1.5"}),
              s.ddl("other", other, other2), s.ins("other", {"id": 2, "v": 7})]
-    drop_rec = s.ddl("a", v2, None)
-    create_rec = s.ddl("b", v2, v3)          # the new name's record carries the old definition
-    create_rec["pos"], create_rec["seq"] = drop_rec["pos"], drop_rec["seq"]
-    batch += [drop_rec, create_rec, s.upd("b", {"id": 1, "label": "x2", "c": "2.0"})]
+    batch += [*s.rename(v2, v3), s.upd("b", {"id": 1, "label": "x2", "c": "2.0"})]
     apply(pg_settings, batch, 1)
     assert postgres.sql(f'SELECT id, label, c FROM "{db}".b ORDER BY id') == [
         (1, "x2", Decimal("2.0")), (2, "y", None), (3, "z", Decimal("1.5"))]
@@ -196,3 +201,25 @@ def test_target_down_retries_then_names_error(postgres, pg_settings):
     gone = MirrorSettings(**{**pg_settings.__dict__, "port": free_port(), "attempts": 2})
     with pytest.raises(MirrorUnavailableError):
         apply(gone, [Stream("x").ins("t", {"id": 1})], 0)
+
+
+def test_a_new_checkpoint_is_not_a_replay(postgres, pg_settings, db, tmp_path):
+    """The ledger row names the Spark checkpoint's query id: batch 0 of a pipeline started
+    again from a new checkpoint is applied, not skipped as an old batch 0."""
+    from mysqlcdc.sinks.mirror.writer import ledger_key
+
+    old, new = tmp_path / "ck-old", tmp_path / "ck-new"
+    for ck, qid in ((old, "11111111-aaaa"), (new, "22222222-bbbb")):
+        ck.mkdir()
+        (ck / "metadata").write_text('{"id":"%s"}\n' % qid)
+    assert ledger_key("p", str(old)) == "p@11111111-aaaa" and ledger_key("p", None) == "p"
+    s = Stream(db)
+    t = tdef(db, "k", ID, ColumnDef("v", "int"))
+    first = MirrorSettings(**{**pg_settings.__dict__,
+                              "pipeline": ledger_key(pg_settings.pipeline, str(old))})
+    apply(first, [s.ddl("k", None, t), s.ins("k", {"id": 1, "v": 1})], 5)
+    again = MirrorSettings(**{**pg_settings.__dict__,
+                              "pipeline": ledger_key(pg_settings.pipeline, str(new))})
+    _DEFS[again.pipeline] = _DEFS[first.pipeline]
+    assert not apply(again, [s.ins("k", {"id": 2, "v": 2})], 0).skipped
+    assert postgres.sql(f'SELECT id FROM "{db}".k ORDER BY id') == [(1,), (2,)]

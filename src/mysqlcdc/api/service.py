@@ -4,8 +4,13 @@ Each pipeline is a YAML file in the service's config folder and, while running, 
 group of streaming queries ``start_queries`` made for it in the shared SparkSession.
 Pipelines are isolated: a query that fails stops only its own pipeline, whose named
 error is kept (``error``/``error_code``) for the API. Progress comes from Spark's
-``lastProgress`` of each query; the position from the pipeline's checkpoint; the lag
-in bytes from the server's binlog list.
+``recentProgress`` of each query (its end offset carries the position, the GTID set and
+the last commit time); bytes behind and the binlog runway from the server's binlog list;
+rows and events per table and op from the read tasks' count files
+(``spark.batches``). The last hour of lag and throughput is sampled for the dashboard.
+
+States: ``stopped``, ``running``, ``paused`` (queries up, no new micro-batch),
+``failed`` (stopped by an error, kept in ``error``/``error_code``).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import re
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,12 +44,21 @@ class PipelineConflictError(MysqlcdcError):
     hint = "Stop the pipeline first, or pick another name."
 
 
+BATCH_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+_SAMPLES = 720            # one hour at the dashboard's 5 s resolution
+_SAMPLE_EVERY_S = 5.0
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 @dataclass
 class PipelineState:
     name: str
     path: Path
     config: PipelineConfig
-    state: str = "stopped"                 # stopped | running | failed
+    state: str = "stopped"                 # stopped | running | paused | failed
     queries: list = field(default_factory=list)
     error: str | None = None
     error_code: str | None = None
@@ -53,17 +68,43 @@ class PipelineState:
     last_batch_s: float | None = None
     rows_per_s: float = 0.0
     lag_bytes: int | None = None
+    lag_seconds: float | None = None
     position: str | None = None
+    gtid: str | None = None
+    last_ts: int | None = None              # commit time (ms) of the last transaction read
+    runway: object | None = None            # pipeline.monitor.Runway
+    runway_low: bool = False
+    failures_total: int = 0
+    heartbeat: object | None = None         # pipeline.heartbeat.Heartbeat
     seen_batches: dict = field(default_factory=dict)   # query id -> last batch counted
+    # batch durations: counts per bucket of BATCH_BUCKETS (the last: +Inf), their sum
+    duration_counts: list = field(default_factory=lambda: [0] * (len(BATCH_BUCKETS) + 1))
+    duration_sum: float = 0.0
+    samples: deque = field(default_factory=lambda: deque(maxlen=_SAMPLES))
+    table_rates: dict = field(default_factory=dict)  # (db, table, op) -> (rows/s, events/s)
+    _counts_seen: deque = field(default_factory=lambda: deque(maxlen=64))
+
+    def observe_duration(self, seconds: float) -> None:
+        index = next((i for i, bound in enumerate(BATCH_BUCKETS) if seconds <= bound),
+                     len(BATCH_BUCKETS))
+        self.duration_counts[index] += 1
+        self.duration_sum += seconds
 
     def summary(self) -> dict:
+        runway = self.runway
         return {
             "name": self.name, "state": self.state, "error": self.error,
-            "error_code": self.error_code, "position": self.position,
-            "lag_bytes": self.lag_bytes, "rows_total": self.rows_total,
+            "error_code": self.error_code, "position": self.position, "gtid": self.gtid,
+            "lag_bytes": self.lag_bytes, "lag_seconds": _round(self.lag_seconds),
+            "rows_total": self.rows_total,
             "batches_total": self.batches_total, "rows_per_s": round(self.rows_per_s, 1),
-            "last_batch_s": self.last_batch_s, "sinks": [s.type for s in self.config.sinks],
+            "last_batch_s": self.last_batch_s,
+            "sinks": [s.type for s in self.config.sinks] if self.config else [],
             "uptime_s": round(time.time() - self.started_at, 1) if self.started_at else None,
+            "binlog_runway_s": None if runway is None else _round(runway.seconds),
+            "binlog_runway": None if runway is None else runway.basis,
+            "runway_warning": self.runway_low,
+            "heartbeats": None if self.heartbeat is None else self.heartbeat.beats,
         }
 
 
@@ -78,6 +119,9 @@ class PipelineService:
         self._preflight = preflight
         self._lock = threading.RLock()
         self.pipelines: dict[str, PipelineState] = {}
+        from mysqlcdc.pipeline.monitor import RunwayWarning
+
+        self._runway_warning = RunwayWarning()
 
     # --- registry ------------------------------------------------------------
 
@@ -149,26 +193,98 @@ class PipelineService:
     # --- lifecycle -----------------------------------------------------------
 
     def start(self, name: str) -> PipelineState:
-        from mysqlcdc.pipeline.runner import checked_preflight, start_queries
+        from mysqlcdc.pipeline.control import is_paused
+        from mysqlcdc.pipeline.failover import follow_failover
+        from mysqlcdc.pipeline.runner import _start_heartbeat, checked_preflight, start_queries
 
         with self._lock:
             state = self.get(name)
             if state.config is None:
                 raise ConfigError(state.error or f"pipeline {name} did not load")
-            if state.state == "running":
+            if state.state in ("running", "paused"):
                 return state
             state.error = state.error_code = None
             try:
                 self._check_server_ids(state)
+                follow_failover(state.config)
                 if self._preflight:
                     checked_preflight(state.config, stale_wait_s=10.0)
                 state.queries = start_queries(self.spark, state.config)
             except MysqlcdcError as err:
                 state.state, state.error, state.error_code = "failed", err.message, err.code
                 raise
-            state.state, state.started_at = "running", time.time()
+            state.state = "paused" if is_paused(state.config) else "running"
+            state.started_at = time.time()
+            state.heartbeat = _start_heartbeat(state.config)
             log.info("pipeline %s started (%d queries)", name, len(state.queries))
             return state
+
+    def pause(self, name: str) -> PipelineState:
+        """Plan no new micro-batch (the one under way completes); the queries stay up."""
+        from mysqlcdc.pipeline.control import set_paused
+
+        with self._lock:
+            state = self._loaded(name)
+            set_paused(state.config, True)
+            if state.state == "running":
+                state.state = "paused"
+            return state
+
+    def resume(self, name: str) -> PipelineState:
+        from mysqlcdc.pipeline.control import set_paused
+
+        with self._lock:
+            state = self._loaded(name)
+            set_paused(state.config, False)
+            if state.state == "paused":
+                state.state = "running"
+            return state
+
+    def seek(self, name: str, to: str, confirm: str | None) -> dict:
+        """Move a stopped pipeline to ``to`` (see ``pipeline.control.seek``)."""
+        from mysqlcdc.pipeline.control import seek
+
+        with self._lock:
+            state = self._loaded(name)
+            if state.state in ("running", "paused"):
+                raise PipelineConflictError(f"pipeline {name} is {state.state}; stop it before "
+                                            "a seek", hint="POST /pipelines/NAME/stop first.")
+            plan = seek(state.config, to, confirm)
+            state.position, state.lag_bytes, state.lag_seconds = plan.to, None, None
+            log.warning("pipeline %s: seek to %s (%s) requested", name, plan.to, plan.direction)
+            return plan.as_json()
+
+    def set_source(self, name: str, host: str, port: int) -> PipelineState:
+        """Point a stopped pipeline at another server (a failover): its config file is
+        rewritten; the next start follows the failover by the checkpoint's GTID set."""
+        import yaml
+
+        from mysqlcdc.config.loader import load_pipeline
+        from mysqlcdc.pipeline.failover import follow_failover
+
+        with self._lock:
+            state = self._loaded(name)
+            if state.state in ("running", "paused"):
+                raise PipelineConflictError(f"pipeline {name} is {state.state}; stop it first",
+                                            hint="POST /pipelines/NAME/stop first.")
+            data = yaml.safe_load(state.path.read_text())
+            data["source"]["host"], data["source"]["port"] = host, int(port)
+            tmp = state.path.with_suffix(".yaml.tmp")
+            tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+            try:
+                follow_failover(load_pipeline(tmp))   # SOURCE_CHANGED etc. before the switch
+            except MysqlcdcError:
+                tmp.unlink(missing_ok=True)
+                raise
+            tmp.replace(state.path)
+            state.config = load_pipeline(state.path)
+            return state
+
+    def _loaded(self, name: str) -> PipelineState:
+        state = self.get(name)
+        if state.config is None:
+            raise ConfigError(state.error or f"pipeline {name} did not load")
+        return state
 
     def _check_server_ids(self, state: PipelineState) -> None:
         """Two running pipelines of one source may not share a server id: the server would
@@ -192,6 +308,9 @@ class PipelineService:
     def stop(self, name: str) -> PipelineState:
         with self._lock:
             state = self.get(name)
+            if state.heartbeat is not None:
+                state.heartbeat.stop()
+                state.heartbeat = None
             for q in state.queries:
                 try:
                     if q.isActive:
@@ -199,7 +318,7 @@ class PipelineService:
                 except Exception as err:  # noqa: BLE001 - a stopping query may already be gone
                     log.warning("pipeline %s: stopping a query: %s", name, err)
             state.queries = []
-            if state.state == "running":
+            if state.state in ("running", "paused"):
                 state.state = "stopped"
             state.started_at = None
             return state
@@ -215,18 +334,32 @@ class PipelineService:
         (and stops) its pipeline only."""
         with self._lock:
             for state in self.pipelines.values():
-                if state.state != "running":
+                if state.state not in ("running", "paused"):
                     continue
                 for q in state.queries:
                     self._progress(state, q)
+                self._sample(state)
                 failed = next((q for q in state.queries if not q.isActive and q.exception()),
                               None)
                 if failed is not None:
                     err = _named(failed.exception())
                     self.stop(state.name)
                     state.state = "failed"
+                    state.failures_total += 1
                     state.error, state.error_code = err
                     log.error("pipeline %s failed: [%s] %s", state.name, err[1], err[0])
+
+    def _sample(self, state: PipelineState) -> None:
+        """One dashboard sample every few seconds: rows/s over the interval, lag."""
+        now = time.time()
+        last = state.samples[-1] if state.samples else None
+        if last is not None and now - last["t"] < _SAMPLE_EVERY_S:
+            return
+        rate = 0.0
+        if last is not None and state.rows_total >= last["rows"]:
+            rate = (state.rows_total - last["rows"]) / max(now - last["t"], 1e-3)
+        state.samples.append({"t": now, "rows": state.rows_total, "rows_per_s": rate,
+                              "lag_s": state.lag_seconds, "lag_bytes": state.lag_bytes})
 
     def _progress(self, state: PipelineState, query) -> None:
         try:
@@ -247,6 +380,7 @@ class PipelineService:
             duration = (raw.get("durationMs") or {}).get("triggerExecution")
             if duration is not None:
                 state.last_batch_s = duration / 1000
+                state.observe_duration(duration / 1000)
             if rows:
                 rates.append(float(raw.get("processedRowsPerSecond") or 0.0))
         state.seen_batches[query.id] = last_seen
@@ -262,35 +396,98 @@ class PipelineService:
                     end = json.loads(end)
                 except ValueError:
                     end = {}
-            if isinstance(end, dict) and "file" in end:
+            if isinstance(end, dict) and "file" in end and query is state.queries[0]:
+                end = _resolved(state.config, end)
                 state.position = f"{end['file']}:{end['pos']}"
+                state.gtid = end.get("gtid", state.gtid)
+                state.last_ts = end.get("ts", state.last_ts)
 
     def refresh_lag(self) -> None:
-        """Bytes between each running pipeline's position and the server's end."""
+        """Bytes and seconds behind, the binlog runway and per-table rates of each
+        running pipeline, from the server's binlog list and the count files."""
         from mysqlcdc.capture.server import list_binlogs
+        from mysqlcdc.config.fields import duration_seconds
+        from mysqlcdc.pipeline.monitor import bytes_behind, pipeline_runway, seconds_behind
         from mysqlcdc.pipeline.runner import connection_settings
         from mysqlcdc.protocol.connection import connect_sql
+        from mysqlcdc.types import BinlogPosition
 
         for state in list(self.pipelines.values()):
-            if state.state != "running" or not state.position:
+            if state.state not in ("running", "paused"):
                 continue
+            self._table_rates(state)
             try:
                 conn = connect_sql(connection_settings(state.config))
                 try:
                     logs = list_binlogs(conn)
+                    state.runway = pipeline_runway(state.config, conn)
                 finally:
                     conn.close()
             except MysqlcdcError as err:
                 log.warning("pipeline %s: lag unknown: %s", state.name, err.message)
                 continue
-            file, pos = state.position.rsplit(":", 1)
-            behind, counting = 0, False
-            for name, size in logs:
-                if name == file:
-                    behind, counting = max(0, size - int(pos)), True
-                elif counting:
-                    behind += size
-            state.lag_bytes = behind if counting else None
+            if state.runway is not None:
+                state.runway_low = self._runway_warning.check(
+                    state.name, state.runway, duration_seconds(state.config.source.runway_warning))
+            if state.position:
+                state.lag_bytes = bytes_behind(logs, BinlogPosition.parse(state.position))
+                state.lag_seconds = seconds_behind(state.last_ts, state.lag_bytes)
+
+    def _table_rates(self, state: PipelineState) -> None:
+        """Rows and events per second per (db, table, op) over the last minute."""
+        now = time.time()
+        counts = self.table_counts(state)
+        seen = state._counts_seen
+        seen.append((now, counts))
+        while len(seen) > 2 and now - seen[1][0] >= 60:
+            seen.popleft()
+        then, old = seen[0]
+        span = now - then
+        if span <= 0:
+            return
+        state.table_rates = {key: ((rows - old.get(key, (0, 0))[0]) / span,
+                                   (events - old.get(key, (0, 0))[1]) / span)
+                             for key, (rows, events) in counts.items()}
+
+    def table_counts(self, state: PipelineState) -> dict:
+        """(rows, events) per (db, table, op) the first sink's read tasks counted."""
+        from mysqlcdc.pipeline.runner import schema_history_dir
+        from mysqlcdc.spark.batches import read_counts
+
+        folder = schema_history_dir(state.config, 0) if state.config else None
+        return {} if folder is None else read_counts(Path(folder) / "counts")
+
+    def reconnects(self, state: PipelineState) -> int:
+        from mysqlcdc.pipeline.runner import schema_history_dir, source_status
+
+        folders = [f for i in range(len(state.config.sinks))
+                   if (f := schema_history_dir(state.config, i))] if state.config else []
+        return int((source_status(folders) or {}).get("reconnects", 0))
+
+    def quarantines(self, state: PipelineState) -> list[dict]:
+        """Every quarantine of the first sink's schema history (open or resolved)."""
+        return [r for r in self.schema_history(state) if r["what"] == "quarantine"]
+
+    def schema_history(self, state: PipelineState, table: str | None = None) -> list[dict]:
+        from mysqlcdc.pipeline.schema_admin import table_timeline
+
+        if state.config is None:
+            return []
+        try:
+            return table_timeline(state.config, table)
+        except ConfigError:
+            return []                       # no history yet
+
+
+def _resolved(cfg, end: dict) -> dict:
+    """A query's end offset as a position: a pending one (its read tasks find where the
+    batch ends) resolved from their record in the first sink's schema history."""
+    from mysqlcdc.capture.batchend import pending, resolved_offset
+    from mysqlcdc.pipeline.runner import schema_history_dir
+
+    if cfg is None or not pending(end):
+        return end
+    return resolved_offset(end, schema_history_dir(cfg, 0))
 
 
 def _as_dict(progress) -> dict:

@@ -16,9 +16,13 @@ next batch from that record and merges its findings into the history; when the
 record is missing (a folder the executors do not share), the driver reads the
 range itself with the same code, which finds the same end.
 
-The end offset Spark stores for such a batch is ``{"file", "pos", "upto"}``: file and
-pos are the batch's start (a position every batch after it is at or past), ``upto``
-holds the rule. The same offset always resolves to the same position.
+The end offset Spark stores for such a batch is ``{"file", "pos", "upto"}`` (then
+``gtid``, ``ts``, ``epoch`` when known, as every offset carries them): file and pos
+are the batch's start (a position every batch after it is at or past), ``gtid`` and
+``ts`` are the GTID set and commit time at that start, ``upto`` holds the rule. The
+same offset always resolves to the same position. The record also holds the GTID
+set of the transactions the task read and the commit time of the last, so the
+offset resolves to the full end offset (:func:`resolved_offset`).
 """
 
 from __future__ import annotations
@@ -40,13 +44,14 @@ from mysqlcdc.binlog import constants as C
 from mysqlcdc.binlog.events import QueryEvent
 from mysqlcdc.capture.changes import ChangeDecoder, RawEventLike, _limit_in, _number
 from mysqlcdc.errors import ConnectionLostError, SchemaError, SourceChangedError
+from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.schema.ddl import classify
 from mysqlcdc.schema.history import Quarantine
 from mysqlcdc.types import SEQ_FILE, SEQ_POS, BinlogPosition, binlog_file_number
 
 __all__ = ["EndRule", "Found", "RECORDS", "end_offset", "iter_until", "pending", "read_batch",
-           "read_found", "record_path", "resolved_end", "slice_cuts", "spec_key", "task_rules",
-           "write_found"]
+           "read_found", "record_path", "resolved_offset", "offset_after",
+           "slice_cuts", "spec_key", "task_rules", "write_found"]
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +96,22 @@ class Found:
     rows: int = 0
     held: list[Quarantine] = field(default_factory=list)
     births: dict[str, int] = field(default_factory=dict)
+    gtids: str = ""                      # GTID set of the transactions read ("": none)
+    last_ts: int | None = None           # commit time (ms) of the last of them
 
     def to_json(self) -> dict:
         return {"start": str(self.start), "end": str(self.end), "reason": self.reason,
                 "events": self.events, "bytes": self.bytes, "rows": self.rows,
-                "held": [q.to_json() for q in self.held], "births": self.births}
+                "held": [q.to_json() for q in self.held], "births": self.births,
+                "gtids": self.gtids, "last_ts": self.last_ts}
 
     @classmethod
     def from_json(cls, d: dict) -> "Found":
         return cls(BinlogPosition.parse(d["start"]), BinlogPosition.parse(d["end"]), d["reason"],
                    int(d["events"]), int(d["bytes"]), int(d["rows"]),
                    [Quarantine.from_json(q) for q in d["held"]],
-                   {k: int(v) for k, v in d["births"].items()})
+                   {k: int(v) for k, v in d["births"].items()},
+                   d.get("gtids") or "", d.get("last_ts"))
 
 
 # -- offsets -------------------------------------------------------------------
@@ -113,8 +122,10 @@ def pending(offset: dict) -> bool:
 
 
 def spec_key(offset: dict) -> str:
-    """A stable file name for a pending end offset."""
-    text = json.dumps({k: offset[k] for k in ("file", "pos", "upto")}, sort_keys=True)
+    """A stable file name for a pending end offset (the failover ``epoch`` too: after
+    one, the same positions are another server's binlog)."""
+    text = json.dumps({k: offset[k] for k in ("file", "pos", "upto", "epoch") if k in offset},
+                      sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:24]
 
 
@@ -145,12 +156,15 @@ def read_batch(folder: str | os.PathLike, offset: dict) -> Found | None:
         return None
     held: dict[str, Quarantine] = {}
     births: dict[str, int] = {}
+    gtids, last_ts = GtidSet(), None
     for f in parts:
         held.update((json.dumps(q.to_json(), sort_keys=True), q) for q in f.held)
         births.update(f.births)
+        gtids = gtids.union(GtidSet.parse(f.gtids))     # slices in binlog order
+        last_ts = f.last_ts or last_ts
     return Found(start, last.end, last.reason, sum(f.events for f in parts),
                  sum(f.bytes for f in parts), sum(f.rows for f in parts),
-                 list(held.values()), births)
+                 list(held.values()), births, str(gtids), last_ts)
 
 
 def write_found(path: str | os.PathLike, found: Found) -> bool:
@@ -175,15 +189,29 @@ def read_found(path: str | os.PathLike) -> Found | None:
         return None
 
 
-def resolved_end(offset: dict, folder: str | os.PathLike | None) -> BinlogPosition:
-    """The position an end offset stands for: its own for a plain one; for a pending
-    one the end its read tasks recorded, else its start (a lower bound: every change
-    before it was delivered)."""
-    start = BinlogPosition.of(offset["file"], int(offset["pos"]))
-    if not pending(offset) or folder is None:
-        return start
-    found = read_batch(folder, offset)
-    return found.end if found is not None else start
+def resolved_offset(offset: dict, folder: str | os.PathLike | None) -> dict:
+    """The offset ``offset`` stands for, as every reader of offsets wants it (``file``,
+    ``pos``, ``gtid``, ``ts``, ``epoch``): a plain one as it is; a pending one the end
+    its read tasks recorded, else its start (a lower bound: every change before it was
+    delivered)."""
+    if not pending(offset):
+        return offset
+    return offset_after(offset, None if folder is None else read_batch(folder, offset))
+
+
+def offset_after(offset: dict, found: Found | None) -> dict:
+    """A pending ``offset`` (whose ``gtid``/``ts`` are its start's) made plain: at
+    ``found``'s end, its GTID set grown by the transactions read; at its start
+    without ``found``."""
+    out = {k: v for k, v in offset.items() if k != "upto"}
+    if found is None:
+        return out
+    out["file"], out["pos"] = found.end.file, found.end.pos
+    if out.get("gtid") is not None:
+        out["gtid"] = str(GtidSet.parse(out["gtid"]).union(GtidSet.parse(found.gtids)))
+    if found.last_ts is not None:
+        out["ts"] = found.last_ts
+    return out
 
 
 def task_rules(offset: dict, folder: str | os.PathLike | None,
@@ -290,6 +318,9 @@ class _Walk:
         self.boundary = (start.file, start.pos)
         self.counted = 0                  # events of the batch before this task's slice
         self.size = self.emitted = 0
+        self.gtids: list[str] = []        # of the transactions up to ``boundary``
+        self.last_ts: int | None = None
+        self._ends = decoder.tracker.ends
 
     def _key(self, file: str, pos: int) -> tuple[int, int]:
         return (_number(self.numbers, file), pos)
@@ -344,6 +375,7 @@ class _Walk:
         """Decode events until the end the rule finds; yields batches, returns why it ended."""
         decoder, rule = self.decoder, self.rule
         feed, builder = decoder.feed_raw, decoder.builder
+        self._ends = decoder.tracker.ends
         cut = None if rule.cut_to is None else (rule.cut_to.file_number, rule.cut_to.pos)
         b_rows, seen = 0, None        # rows produced up to the boundary
         file, limit, sliced = None, _NEVER, _NEVER
@@ -378,11 +410,21 @@ class _Walk:
             if b is not seen:
                 seen = self.boundary = b
                 b_rows = self.emitted + len(builder)
+                if decoder.tracker.ends != self._ends:     # a transaction ended here
+                    self._ended()
                 if decoder.events >= self.max_events:
                     return "events"
                 if self._key(*b) >= self.cap_key:
                     return "cap"
         return None
+
+    def _ended(self) -> None:
+        """For the offsets' GTID set and commit time (as the driver's scan collects them)."""
+        tracker = self.decoder.tracker
+        self._ends, ctx = tracker.ends, tracker.last
+        if ctx.gtid is not None:
+            self.gtids.append(ctx.gtid)
+        self.last_ts = ctx.ts_ms or self.last_ts
 
     def found(self, reason: str) -> Found:
         if len(self.decoder.builder):
@@ -391,7 +433,8 @@ class _Walk:
         end = BinlogPosition(_number(self.numbers, file), pos, file)
         start = self.start if reason != "empty" else end
         return Found(start, end, reason, self.decoder.events - self.counted, self.size,
-                     self.emitted, list(self.decoder.held), self.births)
+                     self.emitted, list(self.decoder.held), self.births,
+                     str(GtidSet().add_all(self.gtids)), self.last_ts)
 
 
 def _birth(file: str, data: bytes, known: dict[str, int], seen: dict[str, int]) -> None:

@@ -12,7 +12,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pymysql
@@ -63,6 +63,8 @@ class Scan:
     start: BinlogPosition
     end: BinlogPosition
     boundaries: list[tuple[BinlogPosition, int]]
+    gtids: list[str] = field(default_factory=list)   # of the transactions up to ``end``
+    last_ts: int | None = None                      # ts_ms of the last one
 
 
 class RangePlanner:
@@ -85,7 +87,7 @@ class RangePlanner:
         # batches whose end the read tasks find (capture.batchend): needs a folder both
         # the driver and the executors write, the schema history's
         self.task_ends = folder is not None and getattr(options, "planning", "tasks") == "tasks"
-        self._ends: dict[str, BinlogPosition] = {}            # pending offset -> its end
+        self._found: dict[str, batchend.Found] = {}           # pending offset -> its end
         self._known: dict[BinlogPosition, BinlogPosition] = {}  # batch start -> DDL known up to
         self._event_bytes = 200.0                                # bytes per event, as last read
 
@@ -272,18 +274,24 @@ class RangePlanner:
         once; when the record is missing, the range is read here to find it."""
         if not batchend.pending(offset):
             return BinlogPosition.of(offset["file"], int(offset["pos"]))
+        return self.found_of(offset).end
+
+    def found_of(self, offset: dict) -> batchend.Found:
+        """What the read tasks of the pending end ``offset`` found (see ``position_of``)."""
         key = batchend.spec_key(offset)
-        end = self._ends.get(key)
-        if end is not None:
-            return end
+        found = self._found.get(key)
+        if found is not None:
+            return found
         start = BinlogPosition.of(offset["file"], int(offset["pos"]))
         self._ensure_history(start)
         found = batchend.read_batch(self.options.schema_history, offset)
         if found is None:
             found = self._read_here(start, offset)
         self._merge(found)
-        self._ends[key] = found.end
-        return found.end
+        self._found[key] = found
+        while len(self._found) > 16:           # Spark asks about the last batch or two
+            del self._found[next(iter(self._found))]
+        return found
 
     def plan_end(self, start: dict, max_events: int | None,
                  target: BinlogPosition | None = None) -> dict:
@@ -406,9 +414,11 @@ class RangePlanner:
                               generation=self.keeper.generation)
         else:
             skimmer = Skimmer(start.file, observe, table_maps=False)
-        parse, feed = skimmer.parser.parse, skimmer.feed
+        parse, feed, tracker = skimmer.parser.parse, skimmer.feed, skimmer.tracker
         boundaries: list[tuple[BinlogPosition, int]] = []
         count, end = 0, start
+        gtids: list[str] = []                 # for the offsets' GTID set (source.py)
+        ends, last_ts = tracker.ends, None
         stop_file, stop_pos, stop_key = stop.file, stop.pos, (stop.file_number, stop.pos)
         numbers = {start.file: start.file_number}     # file name -> number, parsed once
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
@@ -431,11 +441,16 @@ class RangePlanner:
                         number = numbers[file] = binlog_file_number(file)
                     end = BinlogPosition(number, pos, file)
                     boundaries.append((end, count))
+                    if tracker.ends != ends:     # a transaction (not a ROTATE...) ended
+                        ends, ctx = tracker.ends, tracker.last
+                        if ctx.gtid is not None:
+                            gtids.append(ctx.gtid)
+                        last_ts = ctx.ts_ms or last_ts
                     if (number, pos) >= stop_key or (max_events and count >= max_events):
                         break
         finally:
             stream.close()
-        self._last_scan = Scan(start, end, boundaries)
+        self._last_scan = Scan(start, end, boundaries, gtids, last_ts)
         if for_keeper:
             self._processed = (start, end)
         return self._last_scan
@@ -543,6 +558,14 @@ class RangePlanner:
                 table=table, lo=decode_bound(lo), hi=decode_bound(hi), chunk=chunk,
                 retry=o.retry, batch_rows=o.batch_rows))
         return tasks
+
+    # -- seeks ----------------------------------------------------------------
+    def walk_ddl(self, start: BinlogPosition, stop: BinlogPosition) -> None:
+        """A seek forward skips ``[start, stop)``'s rows, not its DDL: the schema history
+        applies every statement of the range, so it stays exact from ``stop`` on."""
+        self._ensure_history(start)
+        self.ddl_scan(start, stop, self.keeper.observer(start))
+        self.keeper.changed()
 
     def close(self) -> None:
         self.drop_connection()

@@ -254,6 +254,8 @@ def _select(task: ChunkTask):
         if task.table.key and task.hi is not None:
             where.append(_key_predicate(task.table.key, "<="))
             params.extend(task.hi)
+        if params:      # pymysql formats the statement: the select list's % must be %%
+            exprs = exprs.replace("%", "%%")
         sql = f"SELECT {exprs} FROM {_q(d.db)}.{_q(d.name)}"
         if where:
             sql += " WHERE " + " AND ".join(where)

@@ -49,6 +49,10 @@ class TxnTracker:
         self.in_txn = False
         self._group_open = False   # a GTID was seen, the group has not ended
         self.ctx = _NO_TXN
+        # the context of the transaction that ended last, and how many have ended: the
+        # planner reads them at boundaries for the offsets' GTID set and commit time
+        self.last = _NO_TXN
+        self.ends = 0
 
     def observe(self, ev: Event, file: str, pos: int) -> bool:
         """Account for ``ev`` (starting at ``file:pos``); True if a boundary follows it."""
@@ -129,6 +133,8 @@ class TxnTracker:
         ctx.server_id = server_id
 
     def _end(self) -> bool:
+        self.last = self.ctx
+        self.ends += 1
         self.in_txn = False
         self._group_open = False
         self.ctx = _NO_TXN

@@ -13,17 +13,65 @@ from rich.table import Table
 
 from mysqlcdc.errors import MysqlcdcError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Change data capture for MySQL and MariaDB on Apache Spark.")
 console = Console(stderr=True)
 out = Console()
+_VERBOSE = {"on": False}
+
+
+@app.callback()
+def _options(verbose: bool = typer.Option(False, "--verbose", "-v",
+                                          help="Show tracebacks and INFO logs.")) -> None:
+    """Change data capture for MySQL and MariaDB on Apache Spark."""
+    _VERBOSE["on"] = _VERBOSE["on"] or verbose
 
 
 def _fail(err: MysqlcdcError) -> None:
-    console.print(f"[bold red]error[/] [{err.code}] {err.message}", highlight=False)
+    """One line (and the hint) for a named error; the traceback only with --verbose."""
+    if _VERBOSE["on"]:
+        console.print_exception()
+    console.print(f"[bold red]error[/] [{err.code}] {err.message}", highlight=False,
+                  soft_wrap=True)
     if err.hint:
-        console.print(f"  [yellow]hint:[/] {err.hint}", highlight=False)
+        console.print(f"  [yellow]hint:[/] {err.hint}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def main() -> None:
+    """The ``mysqlcdc`` command. Whatever goes wrong ends in one line and a non-zero exit
+    code (2: a named error, 1: an unexpected one, 130: interrupted); ``--verbose`` adds
+    the traceback."""
+    import click
+
+    try:
+        code = app(standalone_mode=False)
+    except click.exceptions.Abort:
+        console.print("stopped")
+        sys.exit(130)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except MysqlcdcError as err:
+        try:
+            _fail(err)
+        except click.exceptions.Exit as done:
+            sys.exit(done.exit_code)
+    except KeyboardInterrupt:
+        console.print("stopped")
+        sys.exit(130)
+    except Exception as err:   # noqa: BLE001 - the last resort: one line, not a stack
+        if hasattr(err, "show") and hasattr(err, "exit_code"):   # a usage error
+            err.show()
+            sys.exit(err.exit_code)
+        if _VERBOSE["on"]:
+            console.print_exception()
+        text = " ".join(str(err).split())[:300]
+        console.print(f"[bold red]error[/] [INTERNAL_ERROR] {type(err).__name__}: {text}",
+                      highlight=False, soft_wrap=True)
+        console.print("  [yellow]hint:[/] Run again with --verbose for the traceback, and "
+                      "report it if it is a mysqlcdc bug.", highlight=False, soft_wrap=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 @app.command()
@@ -40,6 +88,8 @@ def run(
     from mysqlcdc.config.loader import load_pipeline
     from mysqlcdc.pipeline.runner import run_pipeline
 
+    _VERBOSE["on"] = _VERBOSE["on"] or verbose
+    verbose = _VERBOSE["on"]
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
     try:
         cfg = load_pipeline(pipeline)
@@ -61,7 +111,8 @@ def run(
     except MysqlcdcError as err:
         _fail(err)
     except KeyboardInterrupt:
-        console.print("stopped")
+        console.print("stopped (the checkpoint keeps the position; run again to resume)")
+        raise typer.Exit(130)
 
 
 @app.command()
@@ -69,23 +120,47 @@ def demo(
     mysql: Optional[str] = typer.Option(None, "--mysql",
                                         help="Capture from this server instead: mysql://user:pass@host:port"),
     out_dir: Path = typer.Option(Path("mysqlcdc-demo"), "--out", help="Where the changelog goes."),
+    mirror: bool = typer.Option(False, "--mirror",
+                                help="Also keep a Delta Lake mirror of the tables and compare "
+                                "it with the source at the end."),
 ) -> None:
     """Start a throwaway MariaDB, apply changes, capture them with Spark, print them."""
     from mysqlcdc.pipeline.demo import parse_mysql_url, run_demo
 
+    logging.basicConfig(level=logging.INFO if _VERBOSE["on"] else logging.WARNING)
     try:
         server = parse_mysql_url(mysql) if mysql else None
         with console.status("mysqlcdc demo") as status:
             def step(text: str) -> None:
                 console.print(f"[green]•[/] {text}")
                 status.update(text)
-            rows = run_demo(out_dir.resolve(), server, step)
+            result = run_demo(out_dir.resolve(), server, step, mirror=mirror)
     except MysqlcdcError as err:
         _fail(err)
+    rows = result.changes
     out.print(_changes_table(rows))
     out.print(f"{len(rows)} changes captured into [bold]{out_dir}/changelog[/] "
               "(Parquet, partitioned by db and table).")
     out.print(f"Query it: spark.read.parquet('{out_dir}/changelog').orderBy('seq').show()")
+    if mirror:
+        _print_mirror(result, out_dir)
+
+
+def _print_mirror(result, out_dir: Path) -> None:
+    for table, rows in result.mirror.items():
+        t = Table(title=f"Delta mirror {out_dir}/mirror/mysqlcdc_demo/{table}")
+        for name in result.columns.get(table, []):
+            t.add_column(name, overflow="fold")
+        for r in rows:
+            t.add_row(*(str(v) for v in r))
+        out.print(t)
+        verdict = "[green]equal to[/]" if result.mirror_equal(table) else "[red]DIFFERENT from[/]"
+        out.print(f"{table}: {len(rows)} rows, {verdict} SELECT * of the source")
+    out.print(f"The mirror reflects the source at binlog position {result.mirror_position}. "
+              f"Read it: DeltaTable('{out_dir}/mirror/mysqlcdc_demo/reservation')"
+              f".to_pandas(), or mysqlcdc.sinks.mirror.read_consistent('{out_dir}/mirror')")
+    if not all(result.mirror_equal(t) for t in result.mirror):
+        raise typer.Exit(1)
 
 
 def _changes_table(rows: list[dict]) -> Table:
@@ -118,8 +193,13 @@ def decode(
     """Decode local binlog files offline: one JSON line per event, or per row change."""
     from mysqlcdc.capture.filters import TableFilter
     from mysqlcdc.capture.offline import print_changes, print_events
+    from mysqlcdc.errors import ConfigError
 
     try:
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise ConfigError(f"no such binlog file: {', '.join(missing)}",
+                              hint="Name binlog files that exist, in order.")
         include = TableFilter.parse(",".join(table), None) if table else None
         write = print_changes if changes else print_events
         out = sys.stdout
@@ -142,31 +222,11 @@ def mirror_position(
     as_json: bool = typer.Option(False, "--json", help="One JSON object per mirror sink."),
 ) -> None:
     """Print the binlog position each mirror (and changelog_table) target's last commit
-    reflects."""
+    reflects; for a Delta mirror also each table's last commit."""
     import json
 
-    from mysqlcdc.config.loader import load_pipeline
-    from dataclasses import replace
-
-    from mysqlcdc.config.models import ChangelogTableSinkConfig, MirrorSinkConfig
-    from mysqlcdc.pipeline.runner import schema_history_dir
-    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
-    from mysqlcdc.sinks.mirror import from_sink_config, read_position
-
     try:
-        cfg = load_pipeline(pipeline)
-        rows = []
-        for index, sink in enumerate(cfg.sinks):
-            settings = None
-            if isinstance(sink, MirrorSinkConfig):
-                settings = from_sink_config(sink, cfg.name, schema_history_dir(cfg, index))
-            elif isinstance(sink, ChangelogTableSinkConfig):
-                t = table_settings(sink, cfg.name, schema_history_dir(cfg, index))
-                settings = replace(t.target, pipeline=t.ledger_name)
-            if settings is not None:
-                rows.append({"sink": index, "type": sink.type, "target": sink.target,
-                             "at": f"{settings.host}:{settings.port}",
-                             **read_position(settings)})
+        cfg, rows = _mirror_positions(pipeline)
     except MysqlcdcError as err:
         _fail(err)
     if as_json:
@@ -174,13 +234,45 @@ def mirror_position(
             sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
         return
     t = Table(title=f"mirror position of {cfg.name}")
-    for name in ("sink", "target", "batch", "position", "seq", "stopped tables"):
+    for name in ("sink", "target", "table", "batch", "position", "seq", "stopped tables"):
         t.add_column(name, overflow="fold")
     for r in rows:
         stopped = "; ".join(f"{s['table']} ({s['code']})" for s in r["stopped"]) or "-"
-        t.add_row(str(r["sink"]), f"{r['target']} {r['at']}", str(r["batch_id"]),
-                  r["position"] or "-", r["seq"] or "-", stopped)
+        t.add_row(str(r["sink"]), f"{r['target']} {r['at']}", "every table",
+                  str(r["batch_id"]), r["position"] or "-", r["seq"] or "-", stopped)
+        for tbl in r.get("tables", []):
+            t.add_row("", "", f"{tbl['table']} (version {tbl['version']})",
+                      str(tbl["batch_id"]), tbl["position"] or "-", "", "")
     out.print(t)
+
+
+def _mirror_positions(pipeline: Path):
+    from dataclasses import replace
+
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.config.models import ChangelogTableSinkConfig, MirrorSinkConfig
+    from mysqlcdc.pipeline.runner import schema_history_dir, sink_checkpoint
+    from mysqlcdc.sinks.changelog_table import from_sink_config as table_settings
+    from mysqlcdc.sinks.mirror import from_sink_config, read_position
+    from mysqlcdc.sinks.mirror.writer import ledger_key
+
+    cfg = load_pipeline(pipeline)
+    rows = []
+    for index, sink in enumerate(cfg.sinks):
+        settings = None
+        if isinstance(sink, MirrorSinkConfig):
+            settings = from_sink_config(sink, cfg.name, schema_history_dir(cfg, index), index)
+        elif isinstance(sink, ChangelogTableSinkConfig):
+            t = table_settings(sink, cfg.name, schema_history_dir(cfg, index))
+            settings = replace(t.target, pipeline=t.ledger_name)
+        if settings is not None:
+            settings = replace(settings, pipeline=ledger_key(settings.pipeline,
+                                                             sink_checkpoint(cfg, index)))
+            at = settings.path if settings.target == "delta" else \
+                f"{settings.host}:{settings.port}"
+            rows.append({"sink": index, "type": sink.type, "target": settings.target, "at": at,
+                         **read_position(settings)})
+    return cfg, rows
 
 
 @app.command()
@@ -190,16 +282,27 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address the API listens on."),
     port: int = typer.Option(8080, "--port", help="Port the API listens on."),
     master: str = typer.Option("local[*]", "--master", help="Spark master of the shared session."),
+    token_env: str = typer.Option("MYSQLCDC_API_TOKEN", "--token-env",
+                                  help="Environment variable holding the API's bearer token "
+                                  "(required when --host is not a loopback address)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
     """Run every pipeline of a folder in one process, with the REST API (/docs),
-    /metrics and /healthz, until interrupted."""
+    /metrics, /healthz and the dashboard (/), until interrupted."""
+    import os
     import socket
 
     from mysqlcdc.errors import ConfigError
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    _VERBOSE["on"] = _VERBOSE["on"] or verbose
+    logging.basicConfig(level=logging.INFO if _VERBOSE["on"] else logging.WARNING)
     try:
+        token = os.environ.get(token_env) or None
+        if token is None and not _loopback(host):
+            raise ConfigError(f"serve would listen on {host}, beyond this machine, without an "
+                              f"API token: set {token_env}",
+                              hint=f"export {token_env}=$(openssl rand -hex 24), and send it as "
+                              "'Authorization: Bearer <token>'; or listen on 127.0.0.1.")
         with socket.socket() as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -207,20 +310,37 @@ def serve(
             except OSError as err:
                 raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror}",
                                   hint="Pick a free port with --port, or stop what uses it.") from None
-        _serve(config_dir, host, port, master)
+        _serve(config_dir, host, port, master, token)
     except MysqlcdcError as err:
         _fail(err)
     except KeyboardInterrupt:
         console.print("stopped")
+        raise typer.Exit(130)
 
 
-def _serve(config_dir: Path, host: str, port: int, master: str) -> None:
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _serve(config_dir: Path, host: str, port: int, master: str, token: str | None) -> None:
+    import os
+
     import uvicorn
 
+    from mysqlcdc import stats
     from mysqlcdc.api import PipelineService
     from mysqlcdc.api.app import Poller, create_app
     from mysqlcdc.spark import build_session
 
+    # executors' sinks (Kafka) count their retries in files the metrics add up
+    os.environ.setdefault(stats.ENV, str(config_dir.resolve() / ".mysqlcdc-stats"))
     service = PipelineService(config_dir, lambda: build_session(master, "mysqlcdc-serve", {}))
     for name in service.load_folder():
         try:
@@ -233,7 +353,7 @@ def _serve(config_dir: Path, host: str, port: int, master: str) -> None:
     console.print(f"serving {len(service.pipelines)} pipeline(s) on http://{host}:{port} "
                   f"(API docs at /docs)", highlight=False)
     try:
-        uvicorn.run(create_app(service), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(service, token), host=host, port=port, log_level="warning")
     finally:
         poller.stopped.set()
         service.stop_all()
@@ -249,9 +369,14 @@ def status(
     import urllib.error
     import urllib.request
 
+    import os
+
     target = f"{url.rstrip('/')}/pipelines" + (f"/{pipeline}" if pipeline else "")
+    request = urllib.request.Request(target)
+    if os.environ.get("MYSQLCDC_API_TOKEN"):
+        request.add_header("Authorization", f"Bearer {os.environ['MYSQLCDC_API_TOKEN']}")
     try:
-        with urllib.request.urlopen(target, timeout=10) as resp:
+        with urllib.request.urlopen(request, timeout=10) as resp:
             data = json.loads(resp.read())
     except urllib.error.HTTPError as err:
         body = json.loads(err.read() or b"{}")
@@ -266,10 +391,12 @@ def status(
         raise typer.Exit(2)
     rows = data if isinstance(data, list) else [data]
     t = Table(title="pipelines")
-    for name in ("pipeline", "state", "position", "lag bytes", "rows", "rows/s", "error"):
+    for name in ("pipeline", "state", "position", "lag s", "lag bytes", "rows", "rows/s",
+                 "error"):
         t.add_column(name, overflow="fold")
     for r in rows:
         t.add_row(r["name"], r["state"], r.get("position") or "-",
+                  "-" if r.get("lag_seconds") is None else str(r["lag_seconds"]),
                   "-" if r.get("lag_bytes") is None else str(r["lag_bytes"]),
                   str(r.get("rows_total", 0)), str(r.get("rows_per_s", 0)),
                   f"[{r['error_code']}] {r['error']}" if r.get("error") else "-")
@@ -430,5 +557,52 @@ def version() -> None:
     out.print(v("mysqlcdc"))
 
 
+@app.command()
+def seek(
+    pipeline: Path = typer.Argument(..., help="Pipeline YAML file (the pipeline stopped)."),
+    to: str = typer.Argument(..., help="FILE:POS, a GTID set, a timestamp "
+                             "(2026-11-01T12:00:00Z), earliest or latest."),
+    confirm: Optional[str] = typer.Option(None, "--confirm",
+                                          help="skip (forward) or replay (backward)."),
+) -> None:
+    """Move a stopped pipeline: its next start continues at TO."""
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.pipeline.control import seek as do_seek
+
+    try:
+        plan = do_seek(load_pipeline(pipeline), to, confirm)
+    except MysqlcdcError as err:
+        _fail(err)
+    for sink in plan.sinks:
+        out.print(f"sink {sink['sink']}: {sink['from'] or 'no checkpoint'} -> {plan.to} "
+                  f"({sink['direction']})", highlight=False)
+
+
+@app.command()
+def pause(pipeline: Path = typer.Argument(..., help="Pipeline YAML file.")) -> None:
+    """Pause a pipeline: it plans no new micro-batch until `mysqlcdc resume`."""
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.pipeline.control import set_paused
+
+    try:
+        set_paused(load_pipeline(pipeline), True)
+    except MysqlcdcError as err:
+        _fail(err)
+    out.print("paused")
+
+
+@app.command()
+def resume(pipeline: Path = typer.Argument(..., help="Pipeline YAML file.")) -> None:
+    """Resume a paused pipeline."""
+    from mysqlcdc.config.loader import load_pipeline
+    from mysqlcdc.pipeline.control import set_paused
+
+    try:
+        set_paused(load_pipeline(pipeline), False)
+    except MysqlcdcError as err:
+        _fail(err)
+    out.print("resumed")
+
+
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    main()

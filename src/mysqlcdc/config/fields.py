@@ -20,7 +20,8 @@ from pydantic import AfterValidator, BeforeValidator, PlainSerializer, PlainVali
 from pydantic import StringConstraints, ValidationInfo
 from pydantic_core import PydanticCustomError
 
-from mysqlcdc.types import BinlogPosition
+from mysqlcdc.gtidset import GtidSet
+from mysqlcdc.types import BinlogPosition, StartTimestamp, parse_start
 
 __all__ = [
     "StartFrom",
@@ -64,27 +65,30 @@ def context_env(info: ValidationInfo) -> Any:
 # --- start position ----------------------------------------------------------
 
 
-def _parse_start(value: object) -> Literal["earliest", "latest"] | BinlogPosition:
-    if isinstance(value, BinlogPosition) or value in ("earliest", "latest"):
-        return value  # type: ignore[return-value]
-    if isinstance(value, str):
-        try:
-            return BinlogPosition.parse(value)
-        except ValueError:
-            pass
-    raise PydanticCustomError(
-        "start_position",
-        "expected earliest, latest or FILE:POS such as mariadb-bin.000003:4",
-    )
+def _parse_start(value: object):
+    if isinstance(value, dict) and len(value) == 1:
+        ((kind, inner),) = value.items()
+        if kind in ("gtid", "timestamp", "position"):
+            value = inner           # {gtid: ...}, {timestamp: ...}, {position: FILE:POS}
+    try:
+        return parse_start(value)
+    except ValueError:
+        raise PydanticCustomError(
+            "start_position",
+            "expected earliest, latest, FILE:POS such as mariadb-bin.000003:4, a GTID set "
+            "such as 0-1-100 or 3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5, or a timestamp such "
+            "as 2026-11-01T12:00:00Z",
+        ) from None
 
 
 StartFrom = Annotated[
-    Union[Literal["earliest", "latest"], BinlogPosition],
+    Union[Literal["earliest", "latest"], BinlogPosition, GtidSet, StartTimestamp],
     PlainValidator(_parse_start),
     PlainSerializer(str),
-    TypeName("earliest | latest | FILE:POS"),
+    TypeName("earliest | latest | FILE:POS | GTID set | timestamp"),
 ]
-"""``earliest``, ``latest`` or a :class:`~mysqlcdc.types.BinlogPosition` written ``FILE:POS``."""
+"""``earliest``, ``latest``, a :class:`~mysqlcdc.types.BinlogPosition` written ``FILE:POS``,
+a GTID set (:class:`~mysqlcdc.gtidset.GtidSet`) or a :class:`~mysqlcdc.types.StartTimestamp`."""
 
 # --- paths -------------------------------------------------------------------
 

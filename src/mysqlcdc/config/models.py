@@ -66,6 +66,7 @@ __all__ = [
     "TablesConfig",
     "TableFilter",
     "ReconnectConfig",
+    "HeartbeatConfig",
     "SparkConfig",
     "ChangelogSinkConfig",
     "ConsoleSinkConfig",
@@ -197,6 +198,24 @@ class SnapshotConfig(_Model):
     )
 
 
+class HeartbeatConfig(_Model):
+    """A row written to the source every `interval_s`, so the binlog moves even when the
+    captured tables are idle: offsets advance, the binlog files this pipeline needs are
+    released for purging, and seconds-behind stays meaningful on a quiet server. The
+    account needs `CREATE, INSERT, UPDATE` on the table (`GRANT CREATE, INSERT, UPDATE ON
+    mysqlcdc.mysqlcdc_heartbeat TO cdc@'%'`); the table is created if missing, holds one
+    row per pipeline and is never captured."""
+
+    interval_s: float = Field(
+        10.0, ge=0.1, description="Seconds between two heartbeat writes."
+    )
+    table: str = Field(
+        "mysqlcdc.mysqlcdc_heartbeat", pattern=r"^[A-Za-z0-9_$]+\.[A-Za-z0-9_$]+$",
+        description="`db.table` the heartbeat writes to (created with its database if "
+        "missing).",
+    )
+
+
 class SourceConfig(_Model):
     """The MySQL or MariaDB server to capture from, and how to read its binlog.
 
@@ -226,8 +245,12 @@ class SourceConfig(_Model):
     start: StartFrom = Field(
         "latest",
         description="Where a pipeline without a checkpoint starts: `earliest` (oldest binlog "
-        "on the server), `latest` (current end) or `FILE:POS` such as "
-        "`mariadb-bin.000003:4`. Ignored once a checkpoint exists.",
+        "on the server), `latest` (current end), `FILE:POS` such as `mariadb-bin.000003:4`, "
+        "a GTID set (MariaDB `0-1-100[,...]`, MySQL `uuid:1-5[,...]`, tagged GTIDs too; "
+        "right after the last transaction of the set) or a timestamp such as "
+        "`2026-11-01T12:00:00Z` (the first transaction committed at or after it). "
+        "`{gtid: ...}` and `{timestamp: ...}` are accepted too. Ignored once a checkpoint "
+        "exists (use the API's seek to move a pipeline that has one).",
     )
     tables: TablesConfig = Field(
         default_factory=TablesConfig, description="Which tables to capture."
@@ -258,6 +281,14 @@ class SourceConfig(_Model):
         "today (tables created in between are fine); otherwise stop with "
         "SCHEMA_BOOTSTRAP_UNSAFE. `current`: accept today's definitions for the older events "
         "(a TABLE_MAP that disagrees still quarantines its table).",
+    )
+    heartbeat: HeartbeatConfig | None = Field(
+        None, description="Heartbeat writes to the source; null: none."
+    )
+    runway_warning: Duration = Field(
+        "6h", description="Warn (log line and `mysqlcdc_binlog_runway_warning` metric) when "
+        "the oldest binlog file this pipeline still needs will be purged by the server's "
+        "`binlog_expire_logs_seconds` / `expire_logs_days` within this time."
     )
     include_query: bool = Field(
         False,
@@ -377,7 +408,7 @@ class ChangelogSinkConfig(_Model):
         "Parquet readers once the sink has started (it removes a killed batch's leftover "
         "files). `delta`: a Delta Lake table, one commit per micro-batch, exact for every "
         "Delta reader (deltalake, polars, DuckDB, Spark with Delta) at every moment; needed "
-        "for `compact_every` and `retention`.",
+        "for `compact_every`.",
     )
     compact_every: Every | None = Field(
         None,
@@ -396,8 +427,11 @@ class ChangelogSinkConfig(_Model):
     )
     retention: Duration | None = Field(
         None,
-        description="Delta only: changes older than this (by `ts_ms`) are deleted when "
-        "compaction runs (`'30d'`); newer ones are never touched. Unset: kept forever.",
+        description="Drop changes older than this (`'30d'`); newer ones are never touched. "
+        "Delta: deleted by `ts_ms` when compaction runs (hourly without `compact_every`). "
+        "Parquet: Spark's file-sink TTL, by when each file was written (so a change goes at "
+        "the latest `retention` after it was captured), applied at Spark's log compaction "
+        "(every 10 batches) and the files deleted by the sink. Unset: kept forever.",
     )
 
     @field_validator("partition_by")
@@ -410,13 +444,12 @@ class ChangelogSinkConfig(_Model):
     @model_validator(mode="after")
     def _delta_only(self) -> Self:
         if self.format == "parquet":
-            for name in ("compact_every", "retention"):
-                if getattr(self, name) is not None:
-                    raise PydanticCustomError(
-                        "delta_only",
-                        f"`{name}` needs `format: delta`: Spark's Parquet file sink lists every "
-                        "file it committed, so its files cannot be merged or expired safely",
-                    )
+            if self.compact_every is not None:
+                raise PydanticCustomError(
+                    "delta_only",
+                    "`compact_every` needs `format: delta`: Spark's Parquet file sink lists "
+                    "every file it committed, so its files cannot be merged safely",
+                )
         return self
 
 
@@ -463,12 +496,45 @@ class KafkaSinkConfig(_Model):
     )
     format: Literal["mysqlcdc", "debezium"] = Field(
         "mysqlcdc",
-        description="Message value: `mysqlcdc` (the envelope as JSON) or `debezium` (Debezium's "
-        "JSON envelope: before, after, source, op, ts_ms).",
+        description="Messages: `mysqlcdc` (the envelope as JSON) or `debezium` (Debezium MySQL's "
+        "change events: before, after, source, transaction, op, ts_ms, with Debezium's value "
+        "encodings; see docs/KAFKA.md).",
     )
-    tombstones: bool = Field(
-        False, description="After each delete, also send the key with a null value "
-        "(for compacted topics)."
+    schemas: bool = Field(
+        True,
+        description="`debezium` format: key and value as `{\"schema\", \"payload\"}`, as Kafka "
+        "Connect's JSON converter writes them by default; false: the payload alone.",
+    )
+    decimal_handling_mode: Literal["precise", "double", "string"] = Field(
+        "precise",
+        description="`debezium` format, DECIMAL values: `precise` (Connect Decimal: base64 of "
+        "the unscaled two's-complement bytes), `double` or `string` (exact text).",
+    )
+    time_precision_mode: Literal["adaptive_time_microseconds", "connect"] = Field(
+        "adaptive_time_microseconds",
+        description="`debezium` format, DATE/TIME/DATETIME values: Debezium's types by column "
+        "precision (TIME in microseconds), or Kafka Connect's Date/Time/Timestamp (milliseconds).",
+    )
+    bigint_unsigned_handling_mode: Literal["long", "precise"] = Field(
+        "long",
+        description="`debezium` format, BIGINT UNSIGNED values: `long` (int64; values above "
+        "2^63-1 come out negative, as in Debezium) or `precise` (Connect Decimal, exact).",
+    )
+    binary_handling_mode: Literal["bytes", "base64", "base64-url-safe", "hex"] = Field(
+        "bytes",
+        description="`debezium` format, BINARY/VARBINARY/BLOB values: `bytes` (base64 in JSON, "
+        "schema type bytes) or a string in base64, URL-safe base64 or hex.",
+    )
+    tombstones: bool | None = Field(
+        None, description="After each delete (including the old key of a key change), also send "
+        "the key with a null value, so compaction drops the key. Null: on for `debezium` (as "
+        "Debezium's `tombstones.on.delete`), off for `mysqlcdc`."
+    )
+    schema_change_topic: str | None = Field(
+        "{prefix}",
+        description="Schema changes (`op = s` records) go to this one-partition topic "
+        "(template like `topic`; Debezium's schema change topic is named after the prefix), "
+        "keyed by database. Null: not published.",
     )
     partitions: int = Field(6, ge=1, description="Partitions of topics the sink creates.")
     replication_factor: int = Field(
@@ -616,26 +682,39 @@ class _TargetConnection(_Model):
         return self._password
 
     def target_port(self) -> int:
-        return self.port or {"postgresql": 5432, "mysql": 3306, "redis": 6379}[self.target]
+        return self.port or {"postgresql": 5432, "mysql": 3306, "redis": 6379}.get(self.target, 0)
 
     def target_database(self) -> str:
         return self.database or {"postgresql": "postgres", "mysql": "mysqlcdc",
-                                 "redis": "0"}[self.target]
+                                 "redis": "0"}.get(self.target, "")
 
 
 class MirrorSinkConfig(_TargetConnection):
-    """The current state of every captured table kept live in a target database: each
-    micro-batch is reduced to the last change per key and applied in one target
-    transaction together with its row in ``mysqlcdc_offsets`` (a replayed batch changes
-    nothing). Schema changes and truncates are applied; a change the target cannot
-    apply stops that table (recorded in ``mysqlcdc_mirror_stopped``), the others flow.
-    See README "Mirror the tables" for the type mapping."""
+    """The current state (or, with `mode: history`, every version) of every captured table
+    kept live in a target: PostgreSQL, MySQL/MariaDB, Redis or Delta Lake tables. Each
+    micro-batch is reduced to the last change per key and applied as one target
+    transaction together with its row in ``mysqlcdc_offsets`` (Delta: one commit per table
+    and one in the `_mysqlcdc_offsets` table, each carrying the batch id), so a replayed
+    batch changes nothing. Schema changes and truncates are applied; a change the target
+    cannot apply stops that table (recorded with the ledger), the others flow.
+    See README "Mirror the tables" for the type mappings."""
 
     type: Literal["mirror"] = Field(
         "mirror", description="Sink type; set by the key of the sink mapping."
     )
-    target: Literal["postgresql", "mysql", "redis"] = Field(
-        description="The target: `postgresql`, `mysql` (MySQL and MariaDB) or `redis`."
+    target: Literal["postgresql", "mysql", "redis", "delta"] = Field(
+        description="The target: `postgresql`, `mysql` (MySQL and MariaDB), `redis` or "
+        "`delta` (Delta Lake tables under `path`, written with delta-rs)."
+    )
+    mode: Literal["current", "history"] = Field(
+        "current", description="`current`: one row per key, as the source has it. `history` "
+        "(postgresql, mysql, delta): every version of every row, with `valid_from`, "
+        "`valid_to` (commit times), `valid_from_seq`, `valid_to_seq` and `is_current`."
+    )
+    path: StoragePath | None = Field(
+        None, description="delta: the root folder; source table `db.t` becomes the Delta "
+        "table `<path>/db/t`. A local path (relative to the YAML file's folder) or a mount "
+        "every Spark executor sees."
     )
     key_template: str = Field(
         "{db}:{table}:{pk}", description="redis: the key of a row's hash over `{db}`, "
@@ -645,6 +724,18 @@ class MirrorSinkConfig(_TargetConnection):
         None, gt=0, description="redis: expire every written key after this many seconds; "
         "null: keys do not expire."
     )
+    compact_every: Every | None = Field(
+        None, description="delta: merge each table's small files into files of about "
+        "`target_file_mb` every this many micro-batches (`100`) or this often (`'1h'`), then "
+        "vacuum files replaced more than `vacuum_after` ago. Unset: never."
+    )
+    target_file_mb: int = Field(
+        128, ge=1, le=4096, description="delta: the file size compaction aims for, in MiB."
+    )
+    vacuum_after: Duration = Field(
+        "7d", description="delta: replaced files stay this long for readers of older versions "
+        "(time travel, `read_consistent`), then compaction's vacuum deletes them."
+    )
 
     @model_validator(mode="after")
     def _target_options(self) -> Self:
@@ -652,6 +743,18 @@ class MirrorSinkConfig(_TargetConnection):
             raise PydanticCustomError("key_template", "key_template must end with {pk}")
         if self.target == "redis" and not self.target_database().isdigit():
             raise PydanticCustomError("redis_db", "database must be a number for target redis")
+        if self.mode == "history" and self.target == "redis":
+            raise PydanticCustomError("mirror_mode", "mode history needs target postgresql, "
+                                      "mysql or delta (a Redis hash holds one version)")
+        if (self.target == "delta") != (self.path is not None):
+            raise PydanticCustomError("mirror_path", "path is required for target delta and "
+                                      "only used by it")
+        if self.target != "delta" and self.compact_every is not None:
+            raise PydanticCustomError("delta_only", "compact_every needs target delta")
+        if self.target == "delta" and "://" in str(self.path) and \
+                not str(self.path).startswith("file:"):
+            raise PydanticCustomError("mirror_path", "the delta mirror writes to a local or "
+                                      "mounted folder; object-store URIs are not supported yet")
         return self
 
 
@@ -661,7 +764,7 @@ class ChangelogTableSinkConfig(_TargetConnection):
     the old image and a +1 of the new), `uow_id` (transaction), `gsn` (global sequence
     number, unique and increasing across tables), `server_id` and `binlog_position`.
     Created and altered from the schema history; one transaction per batch with its
-    `mysqlcdc_offsets` row (`<pipeline>#changelog`)."""
+    `mysqlcdc_offsets` row (`<pipeline>#changelog@<query id>`)."""
 
     type: Literal["changelog_table"] = Field(
         "changelog_table", description="Sink type; set by the key of the sink mapping."

@@ -3,23 +3,28 @@
 It starts a throwaway MariaDB with the binlog on (or uses ``--mysql URL``),
 creates a small reservation schema (user, thing, reservation), starts a
 pipeline into ``./mysqlcdc-demo/``, applies inserts, updates and deletes,
-waits until every change is in the changelog and prints them.
+waits until every change is in the changelog and prints them. With ``--mirror``
+the pipeline also keeps a Delta Lake mirror of the three tables
+(``./mysqlcdc-demo/mirror``), which the demo compares with ``SELECT *`` of the
+source at the end.
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 from urllib.parse import unquote, urlparse
 
 from mysqlcdc.errors import ConfigError
 
-__all__ = ["DemoServer", "SCHEMA", "WORKLOAD", "parse_mysql_url", "run_demo"]
+__all__ = ["DemoServer", "DemoResult", "SCHEMA", "TABLES", "WORKLOAD", "parse_mysql_url",
+           "run_demo"]
 
 DEMO_DB = "mysqlcdc_demo"
 MARKER = ".mysqlcdc-demo"
+TABLES = ("user", "thing", "reservation")
 
 SCHEMA = [
     f"DROP DATABASE IF EXISTS {DEMO_DB}",
@@ -46,6 +51,21 @@ WORKLOAD: list[list[str]] = [
     [f"DELETE FROM {DEMO_DB}.reservation WHERE id=2"],
     [f"UPDATE {DEMO_DB}.user SET email='ada@lovelace.example' WHERE id=1"],
 ]
+
+
+@dataclass
+class DemoResult:
+    """What the demo captured: the changelog rows in ``seq`` order and, with ``--mirror``,
+    per table the source rows and the Delta mirror's rows (read at one consistent cut)."""
+
+    changes: list[dict]
+    source: dict[str, list[tuple]] = field(default_factory=dict)
+    mirror: dict[str, list[tuple]] = field(default_factory=dict)
+    columns: dict[str, list[str]] = field(default_factory=dict)
+    mirror_position: str | None = None
+
+    def mirror_equal(self, table: str) -> bool:
+        return self.source.get(table) == self.mirror.get(table)
 
 
 @dataclass(frozen=True)
@@ -76,9 +96,12 @@ def prepare_out_dir(out_dir: Path) -> None:
     (out_dir / MARKER).write_text("made by `mysqlcdc demo`; deleted by its next run\n")
 
 
-def demo_config(server: DemoServer, out_dir: Path, start: str):
+def demo_config(server: DemoServer, out_dir: Path, start: str, mirror: bool = False):
     from mysqlcdc.config.loader import load_pipeline_from_dict
 
+    sinks: list[dict] = [{"changelog": {"path": "changelog"}}]
+    if mirror:
+        sinks.append({"mirror": {"target": "delta", "path": "mirror"}})
     data = {
         "name": "demo",
         "source": {"host": server.host, "port": server.port, "user": server.user,
@@ -86,15 +109,16 @@ def demo_config(server: DemoServer, out_dir: Path, start: str):
                    "start": start, "tables": {"include": [f"{DEMO_DB}.*"]}},
         "spark": {"master": "local[2]", "checkpoint": "checkpoint",
                   "trigger_interval": "500 milliseconds"},
-        "sinks": [{"changelog": {"path": "changelog"}}],
+        "sinks": sinks,
     }
     return load_pipeline_from_dict(data, base_dir=out_dir,
                                    env={"MYSQLCDC_DEMO_PASSWORD": server.password})
 
 
 def run_demo(out_dir: Path, server: DemoServer | None = None,
-             step: Callable[[str], None] = lambda text: None):
-    """Run the demo; returns the changelog rows (as dicts) in ``seq`` order."""
+             step: Callable[[str], None] = lambda text: None, mirror: bool = False) -> DemoResult:
+    """Run the demo; returns the changelog rows (as dicts) in ``seq`` order and, with
+    ``mirror``, the source's and the Delta mirror's rows per table."""
     from mysqlcdc.pipeline.localserver import MariaDB
 
     prepare_out_dir(out_dir)
@@ -104,14 +128,15 @@ def run_demo(out_dir: Path, server: DemoServer | None = None,
             step("starting a throwaway MariaDB (binlog ROW) in a temp folder")
             local = MariaDB().start()
             server = DemoServer(local.host, local.port, local.user, local.password)
-        return _capture(out_dir, server, step)
+        return _capture(out_dir, server, step, mirror)
     finally:
         if local is not None:
             step("stopping the throwaway MariaDB")
             local.stop()
 
 
-def _capture(out_dir: Path, server: DemoServer, step: Callable[[str], None]):
+def _capture(out_dir: Path, server: DemoServer, step: Callable[[str], None],
+             mirror: bool) -> DemoResult:
     from mysqlcdc.capture.server import current_position, preflight
     from mysqlcdc.pipeline.runner import connection_settings, start_queries
     from mysqlcdc.protocol.connection import connect_sql
@@ -125,20 +150,41 @@ def _capture(out_dir: Path, server: DemoServer, step: Callable[[str], None]):
         step("creating the reservation schema (user, thing, reservation)")
         _run(conn, SCHEMA)
         start = current_position(conn)
-        cfg = demo_config(server, out_dir, str(start))
+        cfg = demo_config(server, out_dir, str(start), mirror)
         step("starting Spark and the pipeline (first start takes ~20 s)")
         spark = build_session(cfg.spark.master, "mysqlcdc-demo", {"spark.sql.shuffle.partitions": "2"})
-        (query,) = start_queries(spark, cfg)
+        queries = start_queries(spark, cfg)
         step("applying inserts, updates and deletes")
         for txn in WORKLOAD:
             _run(conn, ["BEGIN", *txn, "COMMIT"])
+        step("waiting until every change is in the changelog" +
+             (" and the Delta mirror" if mirror else ""))
+        for query in queries:
+            query.processAllAvailable()
+            query.stop()
+        rows = spark.read.parquet(str(out_dir / "changelog")).orderBy("seq").collect()
+        result = DemoResult([r.asDict() for r in rows])
+        if mirror:
+            step("comparing the Delta mirror with SELECT * of the source")
+            _compare(conn, out_dir / "mirror", result)
     finally:
         conn.close()
-    step("waiting until every change is in the changelog")
-    query.processAllAvailable()
-    query.stop()
-    rows = spark.read.parquet(str(out_dir / "changelog")).orderBy("seq").collect()
-    return [r.asDict() for r in rows]
+    return result
+
+
+def _compare(conn, root: Path, result: DemoResult) -> None:
+    from mysqlcdc.sinks.mirror import read_consistent
+
+    cut = read_consistent(root)
+    result.mirror_position = str(cut.position) if cut.position else None
+    with conn.cursor() as cur:
+        for table in TABLES:
+            cur.execute(f"SELECT * FROM {DEMO_DB}.{table} ORDER BY id")
+            names = result.columns[table] = [d[0] for d in cur.description]
+            result.source[table] = [tuple(r) for r in cur.fetchall()]
+            name = f"{DEMO_DB}.{table}"
+            found = cut.to_arrow(name).sort_by("id").to_pylist() if name in cut.tables else []
+            result.mirror[table] = [tuple(r[n] for n in names) for r in found]
 
 
 def _run(conn, statements: list[str]) -> None:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pymysql
 
+from mysqlcdc.errors import LocalServerError
+
 __all__ = ["MariaDB", "find_binary", "free_port"]
 
 DEFAULT_OPTIONS = {
@@ -38,14 +40,32 @@ DEFAULT_OPTIONS = {
 }
 
 
+BIN_DIR_ENV = "MYSQLCDC_SERVER_BIN"
+
+
+def _last_line(text: str) -> str:
+    """The line that says why: the first ERROR that is not the closing "Aborting"."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    errors = [line for line in lines if "ERROR" in line.upper()
+              and not line.rstrip().endswith("Aborting")]
+    return (errors[:1] or lines[-1:] or ["no output"])[0][:300]
+
+
 def find_binary(name: str) -> str:
-    for candidate in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
+    """The path of a MariaDB server program: in ``$MYSQLCDC_SERVER_BIN`` when that is set,
+    else on PATH, in /usr/sbin or /usr/bin. A missing one is a named error (the demo says
+    what to install; the test suite fails rather than skip)."""
+    folder = os.environ.get(BIN_DIR_ENV)
+    places = ([os.path.join(folder, name)] if folder else
+              [shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"])
+    for candidate in places:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise RuntimeError(
-        f"{name} not found: install the MariaDB server (apt-get install mariadb-server); "
-        "the test suite needs a real server and does not skip without one"
-    )
+    from mysqlcdc.errors import ServerBinaryMissingError
+
+    raise ServerBinaryMissingError(
+        f"{name} not found ({'in ' + folder if folder else 'on PATH, in /usr/sbin or /usr/bin'})"
+        ": the throwaway MariaDB needs the MariaDB server installed")
 
 
 def free_port() -> int:
@@ -121,7 +141,8 @@ class MariaDB:
         ]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
-            raise RuntimeError(f"mariadb-install-db failed:\n{out.stdout}\n{out.stderr}")
+            raise LocalServerError(f"mariadb-install-db failed ({out.returncode}): "
+                                   f"{_last_line(out.stderr or out.stdout)}")
 
     def _command(self, datadir: Path) -> list[str]:
         opts = {**DEFAULT_OPTIONS, **self.options}
@@ -146,13 +167,15 @@ class MariaDB:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"mariadbd exited early:\n{self.error_log()}")
+                raise LocalServerError(f"mariadbd exited at start: {_last_line(self.error_log())} "
+                                       f"(log: {self.basedir / 'error.log'})")
             try:
                 self.connect().close()
                 return
             except pymysql.err.OperationalError:
                 time.sleep(0.1)
-        raise RuntimeError(f"mariadbd did not accept connections in {timeout}s:\n{self.error_log()}")
+        raise LocalServerError(f"mariadbd did not accept connections in {timeout}s: "
+                               f"{_last_line(self.error_log())} (log: {self.basedir / 'error.log'})")
 
     def error_log(self) -> str:
         path = self.basedir / "error.log" if self.basedir else None

@@ -23,7 +23,8 @@ from mysqlcdc.spark.checkpoint import HISTORY_DIR, latest_offset, local_dir
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
-           "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir"]
+           "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir",
+           "retry_policy", "checkpointed_position"]
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,9 @@ def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
     opts = {
         "host": src.host, "port": str(src.port), "user": src.user, "password": src.password(),
         "serverId": str(src.sink_server_id(index)), "startingPosition": str(src.start),
-        "include": ",".join(src.tables.include), "exclude": ",".join(src.tables.exclude),
+        "include": ",".join(src.tables.include),
+        # the heartbeat table moves the binlog; its rows are never captured
+        "exclude": ",".join([*src.tables.exclude, *([src.heartbeat.table] if src.heartbeat else [])]),
         "maxEventsPerBatch": str(src.max_events_per_batch),
         "parallelism": str(src.parallelism),
         "connectTimeout": str(max(1, int(src.connect_timeout_s))),
@@ -107,8 +110,17 @@ def checkpoint_position(checkpoint: str) -> BinlogPosition | None:
 
 
 def checkpointed_position(cfg: PipelineConfig) -> BinlogPosition | None:
-    """The oldest position a sink's checkpoint stands at (None: no checkpoint yet)."""
-    found = [p for i in range(len(cfg.sinks)) if (p := checkpoint_position(sink_checkpoint(cfg, i)))]
+    """The oldest position a sink's checkpoint stands at (None: no checkpoint yet); a
+    pending seek (or followed failover) counts as where it stands."""
+    from mysqlcdc.capture.control import StreamControl
+
+    found = []
+    for i in range(len(cfg.sinks)):
+        folder = schema_history_dir(cfg, i)
+        seek = StreamControl(folder).pending_seek() if folder is not None else None
+        at = seek.position if seek is not None else checkpoint_position(sink_checkpoint(cfg, i))
+        if at is not None:
+            found.append(at)
     return min(found) if found else None
 
 
@@ -117,8 +129,8 @@ def resume_position(cfg: PipelineConfig) -> BinlogPosition | None:
     found = checkpointed_position(cfg)
     if found is not None:
         return found
-    start = str(cfg.source.start)
-    return None if start in ("earliest", "latest") else BinlogPosition.parse(start)
+    start = cfg.source.start
+    return start if isinstance(start, BinlogPosition) else None   # others: resolved later
 
 
 def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> None:
@@ -183,7 +195,11 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
         elif isinstance(sink, KafkaSinkConfig):
             from mysqlcdc.sinks.kafka import from_sink_config, start_kafka
 
-            q = start_kafka(df, from_sink_config(sink, cfg.name), checkpoint=checkpoint,
+            if history is None and sink.format == "debezium":
+                raise ConfigError(f"sink {index} (kafka, format debezium) needs a local "
+                                  "spark.checkpoint: it reads column types from the schema "
+                                  "history kept there")
+            q = start_kafka(df, from_sink_config(sink, cfg.name, history), checkpoint=checkpoint,
                             trigger_interval=trigger, write_tasks=sink.write_tasks, name=name)
         elif isinstance(sink, MirrorSinkConfig):
             from mysqlcdc.sinks.mirror import from_sink_config as mirror_settings, start_mirror
@@ -191,7 +207,8 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
             if history is None:
                 raise ConfigError(f"sink {index} (mirror) needs a local spark.checkpoint: it "
                                   "reads table definitions from the schema history kept there")
-            q = start_mirror(df, mirror_settings(sink, cfg.name, history), checkpoint=checkpoint,
+            q = start_mirror(df, mirror_settings(sink, cfg.name, history, index),
+                             checkpoint=checkpoint,
                              trigger_interval=trigger, name=name)
         elif isinstance(sink, ChangelogTableSinkConfig):
             from mysqlcdc.sinks.changelog_table import (from_sink_config as table_settings,
@@ -221,8 +238,11 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     from mysqlcdc.sinks.kafka.resume import resume_from_sink as sink_resume, wants_sink_resume
     from mysqlcdc.spark import build_session
 
+    from mysqlcdc.pipeline.failover import follow_failover
+
     if resume_from_sink or wants_sink_resume(cfg):
         cfg = sink_resume(cfg)
+    follow_failover(cfg)
     checked_preflight(cfg)
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop
@@ -235,13 +255,16 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         _plain_interrupt()
     queries = start_queries(spark, cfg)
     folders = [f for f in (schema_history_dir(cfg, i) for i in range(len(cfg.sinks))) if f]
+    heartbeat = _start_heartbeat(cfg)
     try:
         if until_idle:
             for q in queries:
                 q.processAllAvailable()
                 _report(q, on_progress, folders)
         else:
-            _await(queries, on_progress, folders)
+            from mysqlcdc.pipeline.monitor import runway_watch
+
+            _await(queries, on_progress, folders, runway_watch(cfg))
     except Exception as exc:   # noqa: BLE001 - a failed query's exception, named below
         named = named_failure(cfg, exc)
         if named is exc:
@@ -251,6 +274,8 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         import sys
 
         interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+        if heartbeat is not None:
+            heartbeat.stop()
         for q in queries:
             try:
                 if q.isActive:
@@ -316,12 +341,25 @@ def committed_position(cfg: PipelineConfig) -> BinlogPosition | None:
     return batch_offset(folder, done[0]) if done else None
 
 
+def _start_heartbeat(cfg: PipelineConfig):
+    """The pipeline's heartbeat thread, started (None without ``source.heartbeat``)."""
+    if cfg.source.heartbeat is None:
+        return None
+    from mysqlcdc.pipeline.heartbeat import Heartbeat
+
+    beat = Heartbeat(cfg)
+    beat.start()
+    return beat
+
+
 def _await(queries: list, on_progress: Callable[[dict], None] | None,
-           folders: list[str] = ()) -> None:
+           folders: list[str] = (), tick: Callable[[], None] | None = None) -> None:
     while all(q.isActive for q in queries):
         for q in queries:
             q.awaitTermination(1.0)
             _report(q, on_progress, folders)
+        if tick is not None:
+            tick()
 
 
 def _report(query, on_progress: Callable[[dict], None] | None, folders: list[str] = ()) -> None:

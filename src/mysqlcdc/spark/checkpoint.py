@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mysqlcdc.capture.batchend import resolved_end
+from mysqlcdc.capture.batchend import resolved_offset
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["HISTORY_DIR", "local_dir", "batch_offset", "latest_offset"]
+__all__ = ["HISTORY_DIR", "local_dir", "batch_offset", "latest_offset", "offset_data",
+           "planned_batches", "committed_batches", "query_id"]
 
 HISTORY_DIR = "mysqlcdc-schema"     # the schema history's folder inside a sink's checkpoint
 
@@ -26,8 +27,9 @@ def local_dir(checkpoint: str) -> Path | None:
     return Path(checkpoint.removeprefix("file://").removeprefix("file:"))
 
 
-def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
-    """Our source's end offset of ``batch_id``, or None if the file has none."""
+def offset_data(checkpoint: Path, batch_id: int) -> dict | None:
+    """Our source's end offset of ``batch_id`` (``file``, ``pos``, ``gtid``...), a pending
+    one (``upto``) resolved from its read tasks' record (its start while that is missing)."""
     path = checkpoint / "offsets" / str(batch_id)
     if not path.is_file():
         return None
@@ -38,8 +40,31 @@ def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
             continue
         if isinstance(data, dict) and {"file", "pos"} <= data.keys():
             # an end its read task resolved: its record lies in the schema history
-            return resolved_end(data, checkpoint / HISTORY_DIR)
+            return resolved_offset(data, checkpoint / HISTORY_DIR)
     return None
+
+
+def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
+    """Our source's end offset of ``batch_id``, or None if the file has none."""
+    data = offset_data(checkpoint, batch_id)
+    return None if data is None else BinlogPosition.of(data["file"], int(data["pos"]))
+
+
+def planned_batches(checkpoint: Path) -> list[int]:
+    """Batch ids with an offset file, newest first."""
+    return _numbered(checkpoint / "offsets")
+
+
+def committed_batches(checkpoint: Path) -> list[int]:
+    """Batch ids Spark committed, newest first."""
+    return _numbered(checkpoint / "commits")
+
+
+def _numbered(folder: Path) -> list[int]:
+    if not folder.is_dir():
+        return []
+    return sorted((int(p.name) for p in folder.glob("[0-9]*") if p.name.isdigit()),
+                  reverse=True)
 
 
 def latest_offset(checkpoint: Path) -> BinlogPosition | None:
@@ -52,3 +77,14 @@ def latest_offset(checkpoint: Path) -> BinlogPosition | None:
         if found is not None:
             return found
     return None
+
+
+def query_id(checkpoint: str | None) -> str | None:
+    """The id Spark keeps in ``<checkpoint>/metadata`` for the life of the checkpoint."""
+    local = local_dir(checkpoint) if checkpoint else None
+    if local is None:
+        return None
+    try:
+        return json.loads((local / "metadata").read_text().splitlines()[0]).get("id")
+    except (OSError, ValueError, IndexError):
+        return None

@@ -5,7 +5,8 @@ Options (case-insensitive, as Spark passes them)::
     host, port, user, password       connection (password is redacted by Spark)
     serverId                         replica id of the driver-side scanner;
                                      read tasks use serverId+1 .. serverId+parallelism
-    startingPosition                 earliest | latest (default) | FILE:POS
+    startingPosition                 earliest | latest (default) | FILE:POS | GTID set
+                                     (0-1-100, uuid:1-5) | timestamp (2026-11-01T12:00:00Z)
     endingPosition                   batch reads only: latest (default) | FILE:POS
     include, exclude                 comma-separated db.table globs
     maxEventsPerBatch                admission control, binlog events per micro-batch
@@ -43,7 +44,7 @@ from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.errors import ConfigError
 from mysqlcdc.protocol.connection import ConnectionSettings
 from mysqlcdc.protocol.retry import RetryPolicy
-from mysqlcdc.types import BinlogPosition
+from mysqlcdc.types import START_FORMS, BinlogPosition, parse_start
 
 __all__ = ["SourceOptions"]
 
@@ -94,6 +95,15 @@ def _position(text: str | None, name: str, allowed: tuple[str, ...]) -> str:
     return text
 
 
+def _start(text: str | None) -> str:
+    """startingPosition: anything ``types.parse_start`` reads, kept as text."""
+    try:
+        return str(parse_start(text or "latest"))
+    except ValueError:
+        raise ConfigError(f"option startingPosition must be {START_FORMS}, got {text!r}") \
+            from None
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     settings: ConnectionSettings
@@ -133,8 +143,7 @@ class SourceOptions:
                 connect_timeout=float(_int(options, "connectTimeout", 10)),
             ),
             server_id=server_id,
-            start=_position(_get(options, "startingPosition", "latest"), "startingPosition",
-                            ("earliest", "latest")),
+            start=_start(_get(options, "startingPosition", "latest")),
             end=_position(_get(options, "endingPosition", "latest"), "endingPosition",
                           ("latest",)),
             tables=TableFilter.parse(_get(options, "include"), _get(options, "exclude")),

@@ -40,6 +40,13 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    # py4j's DEBUG log has every call into the JVM with its arguments, among them the
+    # source's password option: never below INFO, whatever the root logger says
+    import logging
+
+    bridge = logging.getLogger("py4j")
+    if bridge.level == logging.NOTSET or bridge.level < logging.INFO:
+        bridge.setLevel(max(logging.INFO, logging.getLogger().getEffectiveLevel()))
     register(spark)
     return spark
 

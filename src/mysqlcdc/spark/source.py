@@ -1,9 +1,13 @@
 """``spark.readStream.format("mysqlcdc")`` and ``spark.read.format("mysqlcdc")``.
 
 The only place that speaks PySpark's Python Data Source API. Offsets are
-``{"file": ..., "pos": ...}`` at transaction boundaries. The driver-side
-reader plans ranges; read tasks open their own replication connection and
-decode ``[start, end)``, which re-reads to exactly the same rows on replay.
+``{"file": ..., "pos": ...}`` at transaction boundaries, with the GTID set and
+commit time there (``gtid``, ``ts``) and the failover ``epoch``. A streaming
+batch's end offset is a rule (``upto``) its read tasks resolve to a boundary
+(``capture.batchend``): they find where the batch ends and record it, and the
+driver plans the next batch from that record. Read tasks open their own
+replication connection and decode ``[start, end)``, which re-reads to exactly the
+same rows on replay.
 
 >>> from mysqlcdc.spark import register                      # doctest: +SKIP
 >>> register(spark)                                          # doctest: +SKIP
@@ -14,6 +18,9 @@ decode ``[start, end)``, which re-reads to exactly the same rows on replay.
 
 from __future__ import annotations
 
+import logging
+import time
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -30,39 +37,66 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from mysqlcdc.capture import batchend
+from mysqlcdc.capture.control import SeekRequest, StreamControl
 from mysqlcdc.capture.planner import RangePlanner
+from mysqlcdc.capture.positions import PositionFinder, resolve_start
+from mysqlcdc.capture.server import list_binlogs
 from mysqlcdc.capture.snapshot import ChunkTask, read_chunk
 from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.envelope.model import ENVELOPE_DDL
+from mysqlcdc.errors import SourceChangedError
+from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol import retry
+from mysqlcdc.spark.batches import finish_batches
 from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["MysqlcdcDataSource"]
 
+log = logging.getLogger(__name__)
 
-def _offset(position: BinlogPosition) -> dict:
-    return {"file": position.file, "pos": position.pos}   # stable key order
+
+def _offset(position: BinlogPosition, gtid: str | None = None, ts: int | None = None,
+            epoch: int = 0) -> dict:
+    """An offset: ``file``, ``pos``, then (when known) ``gtid``, the GTID set of every
+    transaction before the position, ``ts``, the commit time (ms) of the last one, and
+    ``epoch``, how many failovers the pipeline followed. Key order is fixed: Spark finds
+    "no new data" by comparing the JSON text."""
+    out: dict = {"file": position.file, "pos": position.pos}
+    if gtid is not None:
+        out["gtid"] = gtid
+    if ts is not None:
+        out["ts"] = ts
+    if epoch:
+        out["epoch"] = epoch
+    return out
 
 
 def _position(offset: dict) -> BinlogPosition:
     return BinlogPosition.of(offset["file"], int(offset["pos"]))
 
 
-class RangePartition(InputPartition):
-    """One read task: a picklable RangeTask."""
+def _carry(offset: dict) -> dict:
+    """``offset`` without what only its own batch needs (snapshot state, a seek's id)."""
+    return _offset(_position(offset), offset.get("gtid"), offset.get("ts"),
+                   int(offset.get("epoch", 0)))
 
-    def __init__(self, task: RangeTask) -> None:
+
+class RangePartition(InputPartition):
+    """One read task: a picklable RangeTask, the seq epoch and where to count rows."""
+
+    def __init__(self, task: RangeTask, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(task)
-        self.task = task
+        self.task, self.epoch, self.counts = task, epoch, counts
 
 
 class ChunkPartition(InputPartition):
     """One snapshot chunk: a picklable ChunkTask."""
 
-    def __init__(self, chunk: ChunkTask) -> None:
+    def __init__(self, chunk: ChunkTask, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(chunk)
-        self.chunk = chunk
+        self.chunk, self.epoch, self.counts = chunk, epoch, counts
 
 
 class MysqlcdcDataSource(DataSource):
@@ -95,12 +129,20 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
+        folder = options.schema_history
+        self._control = None if folder is None else StreamControl(folder)
+        self._counts = None if folder is None else str(Path(folder) / "counts")
+        self._runway_at = float("-inf")
 
     @property
     def planner(self) -> RangePlanner:
         if self._planner is None:
             self._planner = RangePlanner(self.options)
         return self._planner
+
+    def _finder(self, p: RangePlanner) -> PositionFinder:
+        return PositionFinder(self.options.settings, self.options.server_id, p._sql,
+                              self.options.retry)
 
     def _through_outages(self, plan):
         """``plan(planner)``, retried through an outage of the source: Spark ends the
@@ -112,13 +154,17 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           on_retry=lambda: self._planner and self._planner.drop_connection())
 
     def initialOffset(self) -> dict:
-        start = self._through_outages(lambda p: p.resolve(self.options.start))
+        seek = self._control.pending_seek() if self._control is not None else None
+        if seek is not None:                # a seek before the first batch: start there
+            return seek.offset()
+        start, gtid = self._through_outages(lambda p: resolve_start(
+            p, self._finder(p), self.options.start))
         if self.options.snapshot_mode == "never":
-            return _offset(start)
+            return _offset(start, gtid)
         # The schema history starts at S now: the snapshot takes a while, and a DDL made
         # meanwhile must be one the history sees, not one a later bootstrap refuses.
         tables = self._through_outages(lambda p: (p._ensure_history(start), p.snapshot_tables())[1])
-        offset = _offset(start)
+        offset = _offset(start, gtid)
         if tables:
             offset["snapshot"] = {"tables": tables, "after": None, "chunk": 0}
         return offset
@@ -131,35 +177,127 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._through_outages(lambda p: p.current())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        control = self._control
+        if control is not None:
+            if control.paused():
+                return start                   # paused: no new micro-batch
+            seek = control.pending_seek()
+            if seek is not None:
+                if start.get("seek") != seek.id:
+                    return self._seek_batch(start, seek)
+                control.retire_seek(seek)      # planned from the position: done
         snap = start.get("snapshot")
         if snap is not None and snap["tables"]:
             # Snapshot phase: the next chunks; the binlog waits at the snapshot's start.
             plan, cursor = self._through_outages(
                 lambda p: p.snapshot_chunks(snap, self.options.parallelism))
-            return {**_offset(_position(start)), "snapshot": {**cursor, "plan": plan}}
+            return {**_carry(start), "snapshot": {**cursor, "plan": plan}}
         if snap is not None and self.options.snapshot_mode == "initial_only":
             return start                       # snapshot done; nothing is streamed
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return self._through_outages(lambda p: p.plan_end(start, max_events, self._target))
+        here = self._through_outages(lambda p: self._stands_for(p, start))
+        begin = _position(here)
+        self._note_next_file(begin)
+        if self.planner.task_ends:
+            # the read tasks find where the batch ends (capture.batchend): the end offset is
+            # a rule, carrying the GTID set and commit time of its start
+            end = self._through_outages(lambda p: p.plan_end(start, max_events, self._target))
+            if end is start or end == start:
+                return start
+            return self._through_outages(lambda p: self._pending_end(p, end, here, begin))
+        end = self._through_outages(lambda p: p.next_end(begin, max_events, self._target))
+        if end == begin:
+            return start
+        return self._through_outages(lambda p: self._end_offset(p, here, begin, end))
+
+    def _stands_for(self, p: RangePlanner, offset: dict) -> dict:
+        """The plain offset ``offset`` stands for: a pending end resolved to where its read
+        tasks ended, its GTID set grown by the transactions they read."""
+        if not batchend.pending(offset):
+            return offset
+        return batchend.offset_after(offset, p.found_of(offset))
+
+    def _pending_end(self, p: RangePlanner, end: dict, here: dict,
+                     begin: BinlogPosition) -> dict:
+        """``end`` (a rule from ``begin``) with the GTID set, commit time and epoch there."""
+        gtid = here.get("gtid")
+        if gtid is None:                       # a checkpoint from before offsets had GTIDs
+            gtid = str(self._finder(p).gtid_at(begin))
+        out = {k: v for k, v in end.items() if k not in ("gtid", "ts", "epoch")}
+        state = _offset(begin, gtid, here.get("ts"), int(here.get("epoch", 0)))
+        out.update((k, v) for k, v in state.items() if k not in ("file", "pos"))
+        return out
+
+    def _end_offset(self, p: RangePlanner, start: dict, begin: BinlogPosition,
+                    end: BinlogPosition) -> dict:
+        """The end offset of ``[begin, end)``: the start's GTID set with the range's
+        transactions added (the scan that found ``end`` collected them)."""
+        scan = p._last_scan
+        if scan is None or (scan.start, scan.end) != (begin, end):
+            scan = p.scan(begin, end, None)
+        gtid = start.get("gtid")
+        if gtid is None:                       # a checkpoint from before offsets had GTIDs
+            gtid = str(self._finder(p).gtid_at(begin))
+        gtid = str(GtidSet.parse(gtid).add_all(scan.gtids))
+        return _offset(end, gtid, scan.last_ts or start.get("ts"), int(start.get("epoch", 0)))
+
+    def _note_next_file(self, begin: BinlogPosition) -> None:
+        """Record (in source.json) when the binlog file after ``begin``'s was created: the
+        server purges ``begin``'s file its expiry after that, which is what the binlog
+        runway metric counts down. At most every 30 s; never fails the query."""
+        now = time.monotonic()
+        if self.options.schema_history is None or now - self._runway_at < 30:
+            return
+        self._runway_at = now
+
+        def note(p: RangePlanner) -> None:
+            names = [name for name, _ in list_binlogs(p._sql())]
+            if begin.file in names and names[-1] != begin.file:
+                after = names[names.index(begin.file) + 1]
+                if after not in p._load_record().get("files", {}):
+                    p._check_file(after, self._finder(p).head(after).born)
+        try:
+            note(self.planner)
+        except SourceChangedError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - a metric's input; the next try may work
+            log.debug("binlog runway: %s", exc)
+
+    def _seek_batch(self, start: dict, seek: SeekRequest) -> dict:
+        """A micro-batch that reads nothing and ends at the seek's position. A seek
+        forward on the same server walks the skipped range's DDL into the history first."""
+        if seek.history == "keep" and int(start.get("epoch", 0)) == seek.epoch:
+            # the same server and history: where the last batch really ended (a pending end
+            # is resolved, and its record merged, only here, never across a failover)
+            begin = self._through_outages(lambda p: _position(self._stands_for(p, start)))
+            if begin < seek.position:
+                self._through_outages(lambda p: p.walk_ddl(begin, seek.position))
+        return seek.offset()
 
     def reportLatestOffset(self) -> dict | None:
         return None
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if end.get("seek") is not None and end.get("seek") != start.get("seek"):
+            return []                          # the seek batch: nothing to read
+        epoch, counts = int(end.get("epoch", 0)), self._counts
         plan = (end.get("snapshot") or {}).get("plan")
         if plan:
             chunks = self._through_outages(lambda p: p.chunk_tasks(plan))
-            return [ChunkPartition(c) for c in chunks]
+            return [ChunkPartition(c, epoch, counts) for c in chunks]
         tasks = self._through_outages(lambda p: p.plan_tasks(start, end))
-        return [RangePartition(t) for t in tasks]
+        return [RangePartition(t, epoch, counts) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         chunk = getattr(partition, "chunk", None)
         if chunk is not None:
-            return read_chunk(chunk)
+            return finish_batches(read_chunk(chunk), partition.epoch, partition.counts)
         task = getattr(partition, "task", None)
         # Spark hands an empty range a single placeholder partition of its own.
-        return iter(()) if task is None else read_range(task)
+        if task is None:
+            return iter(())
+        return finish_batches(read_range(task), getattr(partition, "epoch", 0),
+                              getattr(partition, "counts", None))
 
     def commit(self, end: dict) -> None:
         pass   # progress lives in Spark's checkpoint; nothing to release server-side
@@ -178,7 +316,9 @@ class MysqlcdcBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         planner = RangePlanner(self.options)
         try:
-            start = planner.resolve(self.options.start)
+            finder = PositionFinder(self.options.settings, self.options.server_id,
+                                    planner._sql, self.options.retry)
+            start = resolve_start(planner, finder, self.options.start, gtid=False)[0]
             end = planner.resolve(self.options.end)
             if end <= start:
                 return []

@@ -70,6 +70,25 @@ def test_a_checkpoint_offset_resolves_through_its_record(tmp_path):
     assert batch_offset(tmp_path, 3) == stop
 
 
+def test_a_pending_offset_resolves_to_the_gtid_set_and_time_at_its_end(tmp_path):
+    # as the source stores it: the rule, then the GTID set, commit time and epoch at its start
+    end = {**batchend.end_offset(A, CAP, 100, None, [BinlogPosition.of("bin.000008", 4096)]),
+           "gtid": "0-1-10", "ts": 1000, "epoch": 1}
+    assert batchend.spec_key(end) != batchend.spec_key({**end, "epoch": 2})
+    assert batchend.resolved_offset(end, tmp_path) == {"file": A.file, "pos": A.pos,
+                                                       "gtid": "0-1-10", "ts": 1000, "epoch": 1}
+    mid, stop = BinlogPosition.of("bin.000008", 4100), BinlogPosition.of("bin.000008", 7000)
+    first = _found(A, mid, "slice")
+    first.gtids, first.last_ts = "0-1-12,1-1-3", 2000
+    second = _found(mid, stop, "cap")
+    second.gtids, second.last_ts = "0-2-15", 3000
+    for i, f in enumerate((first, second)):
+        batchend.write_found(batchend.record_path(tmp_path, end, i), f)
+    assert batchend.resolved_offset(end, tmp_path) == {
+        "file": stop.file, "pos": stop.pos, "gtid": "0-2-15,1-1-3", "ts": 3000, "epoch": 1}
+    assert batchend.resolved_offset({"file": "b.1", "pos": 4}, tmp_path) == {"file": "b.1", "pos": 4}
+
+
 def test_slices_cut_the_expected_bytes_evenly_across_files():
     logs = [("bin.000007", 5000), ("bin.000008", 10000), ("bin.000009", 3000)]
     cuts = batchend.slice_cuts(A, CAP, 3, logs, min_bytes=100)

@@ -184,7 +184,7 @@ MISTAKES = {
         FULL.replace("start: mariadb-bin.000003:4", "start: yesterday"),
         "source.start",
         "start: yesterday",
-        "expected earliest, latest or FILE:POS",
+        "expected earliest, latest, FILE:POS",
     ),
     "bad pattern": (
         FULL.replace('exclude: ["shop.tmp_*"]', 'exclude: ["shop.tmp_*", "tmp"]'),
@@ -416,7 +416,7 @@ def _models(root: type[BaseModel]) -> set[type[BaseModel]]:
 
 def test_every_option_is_documented_and_strict() -> None:
     models = _models(PipelineConfig)
-    assert len(models) == 12   # + Kafka, Mirror, ChangelogTable sinks, SnapshotConfig
+    assert len(models) == 13   # + Kafka, Mirror, ChangelogTable sinks, SnapshotConfig, HeartbeatConfig
     for model in models:
         assert issubclass(model, _Model) and model.model_config["extra"] == "forbid"
         assert model.__doc__ and model.__doc__.strip(), model
@@ -468,9 +468,22 @@ def test_delta_changelog_settings(tmp_path: Path) -> None:
     assert s.app_id("q1") == "mysqlcdc/shop-cdc/0-changelog/q1" != s.app_id("q2")
 
 
+def test_retention_alone_maintains_hourly_and_parquet_takes_it(tmp_path: Path) -> None:
+    from mysqlcdc.sinks.changelog import from_sink_config
+    from mysqlcdc.sinks.changelog.settings import RETENTION_CHECK_S
+
+    for fmt in ("delta", "parquet"):
+        text = FULL.replace("      partition_by: [db, table]\n",
+                            f"      partition_by: [db, table]\n      format: {fmt}\n"
+                            "      retention: 2d\n")
+        cfg = load_pipeline(write(tmp_path, text), env=ENV)
+        s = from_sink_config(cfg.sinks[0], cfg.name, 0)
+        assert (s.retention_s, s.compacts, s.maintains) == (2 * 86400, False, True)
+        assert s.maintenance_every == (None, RETENTION_CHECK_S)
+
+
 @pytest.mark.parametrize("extra, fragment", [
     ("compact_every: 10m", "needs `format: delta`"),
-    ("retention: 30d", "needs `format: delta`"),
     ("format: iceberg", "'parquet' or 'delta'"),
     ("format: delta\n      retention: 30 days", "'30d'"),
     ("format: delta\n      compact_every: 0", "at least 1"),

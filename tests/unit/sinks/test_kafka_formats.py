@@ -8,10 +8,12 @@ from decimal import Decimal
 import pytest
 
 from mysqlcdc.errors import ConfigError
+from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.sinks.kafka.debezium import VERSION, DebeziumEncoder
 from mysqlcdc.sinks.kafka.formats import (
-    VERSION, boundary_records, debezium_value, encode_key, headers, merge_tallies,
-    mysqlcdc_value, tally_transactions,
+    boundary_records, encode_key, headers, merge_tallies, mysqlcdc_value, tally_transactions,
 )
+from mysqlcdc.sinks.kafka.typemap import Modes
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.types import make_seq
 
@@ -41,13 +43,35 @@ def test_mysqlcdc_value_is_the_envelope_with_exact_values():
     assert ROW["before"].encode() in mysqlcdc_value(ROW)
 
 
+ORDERS = TableDef("shop", "orders", (
+    ColumnDef("id", "bigint", unsigned=True, is_primary_key=True, nullable=False),
+    ColumnDef("amount", "decimal", precision=10, scale=4),
+    ColumnDef("note", "varchar", charset="utf8mb4", length=20)))
+
+
+class _Fixed:
+    def at(self, db, table, file, pos):
+        return ORDERS
+
+
+def _bare(modes: Modes = Modes()) -> DebeziumEncoder:
+    return DebeziumEncoder(prefix="shop-cdc", schemas=False, modes=modes, definitions=_Fixed())
+
+
+def debezium_value(row, name, now_ms):
+    return _bare(Modes(decimal="string", bigint_unsigned="precise")).value(row, now_ms * 10**6)
+
+
 def test_debezium_value_field_by_field():
     value = json.loads(debezium_value(ROW, "shop-cdc", now_ms=1700000000000))
-    assert set(value) == {"before", "after", "source", "op", "ts_ms", "transaction"}
+    assert set(value) == {"before", "after", "source", "op", "ts_ms", "ts_us", "ts_ns",
+                          "transaction"}
     assert value["op"] == "u" and value["ts_ms"] == 1700000000000
+    assert value["ts_us"] == 1700000000000000 and value["transaction"] is None
     assert value["before"]["amount"] == "-12.3400" and value["after"]["amount"] == "-1.0000"
     assert value["source"] == {
         "version": VERSION, "connector": "mysql", "name": "shop-cdc", "ts_ms": 1709214307123,
+        "ts_us": 1709214307123000, "ts_ns": 1709214307123000000,
         "snapshot": "false", "db": "shop", "sequence": None, "table": "orders",
         "server_id": 7, "gtid": "0-7-42", "file": "mariadb-bin.000003", "pos": 1234,
         "row": 2, "thread": None, "query": None, "seq": str(SEQ),
@@ -85,9 +109,14 @@ def test_transaction_boundaries_merge_tasks_and_keep_binlog_order():
 def test_settings_round_trip_through_spark_options_and_hide_secrets():
     s = KafkaSettings(producer={"bootstrap.servers": "b:9092", "sasl.password": "hunter2"},
                       prefix="p", format="debezium", tombstones=True, topic_config={"a.b": "1"},
-                      transaction_topic="{prefix}.tx", topic_column="t", checkpoint=None)
+                      transaction_topic="{prefix}.tx", topic_column="t", checkpoint=None,
+                      schemas=False, decimal_handling_mode="string", time_precision_mode="connect",
+                      bigint_unsigned_handling_mode="precise", binary_handling_mode="hex",
+                      schema_change_topic=None, history_dir="/ck/mysqlcdc-schema")
     opts = {k.lower(): v for k, v in s.to_options().items()}   # Spark lower-cases keys
     assert KafkaSettings.parse(opts) == s
+    default = KafkaSettings(producer={"bootstrap.servers": "b"})
+    assert KafkaSettings.parse(default.to_options()) == default
     assert "hunter2" not in repr(s)
     assert s.producer_config()["enable.idempotence"] == "true"
     assert s.producer_config()["acks"] == "all"
@@ -105,6 +134,8 @@ def test_settings_force_idempotence_and_name_topics_legally():
         KafkaSettings.parse({"topic": "x"})
     with pytest.raises(ConfigError):
         KafkaSettings.parse({"kafka.bootstrap.servers": "b", "format": "avro"})
+    with pytest.raises(ConfigError, match="decimal_handling_mode"):
+        KafkaSettings.parse({"kafka.bootstrap.servers": "b", "decimalHandlingMode": "exact"})
 
 
 def test_topic_by_template_fixed_name_or_column():
@@ -147,3 +178,21 @@ def test_key_change_halves_carry_each_others_key_in_headers():
     assert dict(headers(create))["__debezium.oldkey"] == b'{"id":18446744073709551615}'
     assert not any(k.startswith("__debezium") for k, _ in headers(ROW))
     assert json.loads(mysqlcdc_value(create))["moved_key"] == {"id": 18446744073709551615}
+    # in the debezium format the header is the key payload with Debezium's encodings
+    precise = _bare(Modes(bigint_unsigned="precise"))
+    assert json.loads(precise.moved_key(create)) == {"id": "AP//////////"}
+    assert json.loads(_bare().moved_key(create)) == {"id": -1}
+
+
+def test_tombstones_default_to_debezium_s_and_can_be_set():
+    base = {"bootstrap.servers": "b"}
+    assert KafkaSettings(producer=base, format="debezium").send_tombstones
+    assert not KafkaSettings(producer=base).send_tombstones
+    assert not KafkaSettings(producer=base, format="debezium", tombstones=False).send_tombstones
+    assert KafkaSettings(producer=base, tombstones=True).send_tombstones
+
+
+def test_snapshot_reads_and_schema_changes_open_no_transaction():
+    rows = [{**ROW, "txn_id": "t1", "seq": 1}, {**ROW, "op": "r", "txn_id": "snap:1", "seq": 2},
+            {**ROW, "op": "s", "txn_id": "t2", "seq": 3}]
+    assert list(tally_transactions(rows)) == ["t1"]

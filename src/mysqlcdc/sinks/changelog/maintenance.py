@@ -9,6 +9,12 @@ part files the log does not list, never a listed one. Files of a batch still bei
 written are newer than the newest log entry; only files older than it are removed
 while a pipeline may be running (``settled_only``).
 
+``retention`` on Parquet is Spark's file-sink TTL: when Spark compacts its log (every
+``spark.sql.streaming.fileSink.log.compactInterval`` batches, 10 by default) it leaves
+out the files written longer than ``retention`` ago; they are then files the log does
+not list, which :func:`remove_orphans` deletes (at the sink's start, after each log
+compaction while it runs, and by ``mysqlcdc changelog vacuum``).
+
 Delta: every commit is atomic, so there are no orphans for readers. Compaction
 (``optimize.compact``) and retention (a delete by ``ts_ms``) are commits too, and
 ``vacuum`` deletes files no version within ``vacuum_after`` still needs.
@@ -45,16 +51,17 @@ def local_path(path: str) -> Path | None:
 
 
 def committed_files(root: Path) -> set[Path]:
-    """Every data file the ``_spark_metadata`` log of ``root`` lists (compacted or not)."""
+    """Every data file the ``_spark_metadata`` log of ``root`` lists now.
+
+    As Spark reads its own log: the newest compacted entry (``N.compact``, which holds
+    every file still listed up to batch N) plus the batch entries after it. Older
+    entries stay on disk for a while after a compaction; a file they name but the newest
+    compaction dropped (Spark's file-sink ``retention`` expired it) is no longer part of
+    the changelog."""
     import json
 
     files: set[Path] = set()
-    meta = root / _LOG_DIR
-    if not meta.is_dir():
-        return files
-    for entry in meta.iterdir():
-        if entry.name.startswith(".") or entry.name.endswith(".tmp"):
-            continue
+    for entry in _live_log_entries(root / _LOG_DIR):
         try:
             lines = entry.read_text().splitlines()
         except OSError:
@@ -68,6 +75,21 @@ def committed_files(root: Path) -> set[Path]:
                 continue
             files.add(Path(os.path.realpath(unquote(urlparse(item["path"]).path))))
     return files
+
+
+def _live_log_entries(meta: Path) -> list[Path]:
+    """The log entries Spark reads: the newest ``.compact`` and every batch after it."""
+    if not meta.is_dir():
+        return []
+    batches: dict[int, Path] = {}
+    for entry in meta.iterdir():
+        stem = entry.name.removesuffix(".compact")
+        if entry.name.startswith(".") or not stem.isdigit():
+            continue
+        batches[int(stem)] = entry
+    compacted = [n for n, p in batches.items() if p.name.endswith(".compact")]
+    first = max(compacted, default=-1)
+    return [batches[n] for n in sorted(batches) if n >= first]
 
 
 def _data_files(root: Path):
@@ -87,7 +109,8 @@ def _newest_log_entry_mtime(root: Path) -> float:
 
 
 def orphan_files(root: Path, *, settled_only: bool = False) -> list[Path]:
-    """Data files under ``root`` the metadata log does not list.
+    """Data files under ``root`` the metadata log does not list: leftovers of killed
+    batches, and files ``retention`` expired from the log.
 
     ``settled_only``: only those older than the newest log entry, which cannot belong
     to a batch being written right now."""
@@ -156,9 +179,11 @@ class ParquetCheck:
             return f"{head}; no orphans: exact for Spark and for plain Parquet readers"
         plain = ("fails (a 0-byte file)" if self.plain_reader_rows is None
                  else f"sees {self.plain_reader_rows} rows")
-        return (f"{head}; {self.orphan_files} orphan file(s) of killed batches "
+        return (f"{head}; {self.orphan_files} orphan file(s) (killed batches' leftovers, "
+                f"or files `retention` expired from the log) "
                 f"({self.orphan_rows} rows): a plain Parquet reader {plain}, Spark is exact; "
-                "they are removed when the pipeline starts or by `mysqlcdc changelog vacuum`")
+                "they are removed when the pipeline starts, after Spark's log compactions while "
+                "it runs with `retention`, or by `mysqlcdc changelog vacuum`")
 
 
 def _rows(path: Path) -> int:
@@ -285,7 +310,8 @@ def maintain_delta(settings: ChangelogSettings, *, compact: bool = True,
 
 
 class CompactionClock:
-    """Decides, batch by batch, when compaction is due (``compact_every``).
+    """Decides, batch by batch, when maintenance is due (``compact_every``; hourly when
+    only ``retention`` is set).
 
     Counts batches and seconds since the last compaction of this process; the first
     pass is due after one full interval from the sink's start."""
@@ -298,9 +324,9 @@ class CompactionClock:
 
     def tick(self) -> bool:
         self.batches += 1
-        s = self.settings
-        due = ((s.compact_batches is not None and self.batches >= s.compact_batches)
-               or (s.compact_seconds is not None and self.clock() - self.since >= s.compact_seconds))
+        batches, seconds = self.settings.maintenance_every
+        due = ((batches is not None and self.batches >= batches)
+               or (seconds is not None and self.clock() - self.since >= seconds))
         if due:
             self.batches = 0
             self.since = self.clock()

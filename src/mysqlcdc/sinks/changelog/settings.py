@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from mysqlcdc.config.fields import duration_seconds, parse_every
 
-__all__ = ["ChangelogSettings", "from_sink_config"]
+__all__ = ["ChangelogSettings", "from_sink_config", "RETENTION_CHECK_S"]
+
+RETENTION_CHECK_S = 3600.0     # how often retention runs when no compaction is configured
 
 
 @dataclass(frozen=True)
@@ -20,11 +22,24 @@ class ChangelogSettings:
     compact_seconds: float | None = None          # or every this many seconds (delta)
     target_file_bytes: int = 128 << 20
     vacuum_after_s: float = 7 * 86400.0
-    retention_s: float | None = None              # delete changes older than this (delta)
+    retention_s: float | None = None              # drop changes older than this (both formats)
 
     @property
     def compacts(self) -> bool:
         return self.compact_batches is not None or self.compact_seconds is not None
+
+    @property
+    def maintains(self) -> bool:
+        """Whether a Delta changelog runs maintenance between batches: to compact, or to
+        apply ``retention`` (hourly when no ``compact_every`` says otherwise)."""
+        return self.compacts or self.retention_s is not None
+
+    @property
+    def maintenance_every(self) -> tuple[int | None, float | None]:
+        """(batches, seconds) between maintenance passes of a Delta changelog."""
+        if self.compacts:
+            return self.compact_batches, self.compact_seconds
+        return None, RETENTION_CHECK_S if self.retention_s is not None else None
 
     def app_id(self, query_id: str | None) -> str:
         """The Delta application id of this sink: pipeline, sink and checkpoint.

@@ -47,23 +47,52 @@ def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger
         writer = df.writeStream.format("parquet").option("path", settings.path).outputMode("append")
         if settings.partition_by:
             writer = writer.partitionBy(*settings.partition_by)
+        if settings.retention_s is not None:
+            # Spark's file-sink TTL: its log compactions leave out files older than this
+            writer = writer.option("retention", f"{int(settings.retention_s * 1000)}ms")
     writer = writer.option("checkpointLocation", checkpoint).trigger(processingTime=trigger_interval)
     if name:
         writer = writer.queryName(name)
-    return writer.start()
+    query = writer.start()
+    if settings.format != "delta" and settings.retention_s is not None:
+        _remove_expired_while_running(df.sparkSession, query, settings.path)
+    return query
 
 
-def _query_id(checkpoint: str | None) -> str | None:
-    """The id Spark keeps in ``<checkpoint>/metadata`` for the life of the checkpoint."""
-    from mysqlcdc.spark.checkpoint import local_dir
+def _remove_expired_while_running(spark, query, path: str) -> None:
+    """After each of ``query``'s log compactions (where Spark's ``retention`` drops files),
+    delete the files its log no longer lists, so plain Parquet readers drop them when
+    Spark does. Only files older than the newest log entry go: none of a batch being
+    written."""
+    from pyspark.sql.streaming import StreamingQueryListener
 
-    local = local_dir(checkpoint) if checkpoint else None
-    if local is None:
-        return None
-    try:
-        return json.loads((local / "metadata").read_text().splitlines()[0]).get("id")
-    except (OSError, ValueError, IndexError):
-        return None
+    query_id, root = str(query.id), local_path(path)
+    if root is None:
+        return
+
+    class RemoveExpired(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            progress = event.progress
+            if str(progress.id) != query_id:
+                return
+            if not (root / "_spark_metadata" / f"{progress.batchId}.compact").exists():
+                return
+            try:
+                remove_orphans(path, settled_only=True)
+            except OSError as exc:          # retried after the next compaction
+                log.warning("changelog %s: removing expired files failed: %s", path, exc)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            if str(event.id) == query_id:
+                spark.streams.removeListener(self)
+
+    spark.streams.addListener(RemoveExpired())
 
 
 def _clock_from_history(settings: ChangelogSettings) -> CompactionClock:
@@ -96,7 +125,7 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
     and statistics; the driver then makes the batch's one Delta commit naming those
     files. Files of a batch killed before its commit are in no version: no reader
     sees them, and vacuum removes them."""
-    from mysqlcdc.spark.checkpoint import batch_offset, local_dir
+    from mysqlcdc.spark.checkpoint import batch_offset, local_dir, query_id
 
     uri = table_uri(settings.path)
     local = local_dir(checkpoint) if checkpoint else None
@@ -104,8 +133,8 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
 
     def run(df, batch_id: int) -> None:
         if "app_id" not in state:
-            state["app_id"] = settings.app_id(_query_id(checkpoint))
-            state["clock"] = _clock_from_history(settings) if settings.compacts else None
+            state["app_id"] = settings.app_id(query_id(checkpoint))
+            state["clock"] = _clock_from_history(settings) if settings.maintains else None
         if not _already(uri, state["app_id"], batch_id):
             started = time.perf_counter()
             schema = _arrow_schema(df.schema)
@@ -122,7 +151,8 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
                          written - started, time.perf_counter() - written)
         clock = state["clock"]
         if clock is not None and clock.tick():
-            log.info("changelog %s: %s", uri, maintain_delta(settings).line())
+            log.info("changelog %s: %s", uri,
+                     maintain_delta(settings, compact=settings.compacts).line())
     return run
 
 

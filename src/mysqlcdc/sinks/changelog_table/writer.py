@@ -14,7 +14,7 @@ plus:
 
 The changes are turned into upserts on these tables and applied by the mirror's apply
 loop (:func:`mysqlcdc.sinks.mirror.writer.apply_batch`), so they share its ledger
-(``mysqlcdc_offsets`` row ``<pipeline>#changelog``), one transaction per batch and its
+(``mysqlcdc_offsets`` row ``<pipeline>#changelog@<query id>``), one transaction per batch and its
 retries. Schema changes add, drop, rename and retype columns of the changelog table (it
 is created from the schema history at the change's position, so signedness and names are
 right even when the pipeline lags behind DDL); a dropped or truncated source table keeps

@@ -32,11 +32,18 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
     ``spark.sql.shuffle.partitions``), so every change of a key is published by one task,
     which orders its rows by ``seq`` in bounded memory (``settings.sort_memory_mb``; a larger
     micro-batch spills to local disk). ``available_now``: publish what is there, then stop.
+    The ``debezium`` format reads table definitions from ``settings.history_dir``, the
+    folder given to the source as its ``schemaHistory`` option.
     """
     register(df.sparkSession)
     tasks = write_tasks or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if settings.transaction_orders:
+        from mysqlcdc.sinks.kafka.txnorder import with_transaction_orders
+
+        df = with_transaction_orders(df)     # before the shuffle: partitions hold whole txns
     # one write task needs no shuffle: the read tasks' rows go to it as they are (one
-    # Spark stage per batch instead of two, the low-latency setting's choice)
+    # Spark stage per batch instead of two, the low-latency setting's choice; the
+    # transaction orders above are still numbered per read partition)
     spread = df.coalesce(1) if tasks == 1 else df.repartition(tasks, "db", "table", "key")
     writer = (
         spread.writeStream.format(FORMAT)

@@ -16,6 +16,7 @@ from typing import Callable, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from mysqlcdc import stats
 from mysqlcdc.errors import TransientError
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 
@@ -116,6 +117,8 @@ def with_retries(settings: KafkaSettings, what: str, attempt: Callable[[], T],
             return attempt()
         except (KafkaDeliveryError, KafkaException) as err:
             reset()
+            stats.count("sink_errors" if n == settings.delivery_attempts else "sink_retries",
+                        settings.pipeline, "kafka")
             if n == settings.delivery_attempts:
                 raise KafkaDeliveryError(f"{what}: gave up after {n} attempts: {err}") from None
             log.warning("%s: attempt %d failed (%s); retrying with a new producer", what, n, err)

@@ -1,25 +1,38 @@
 """Publishing one write task's rows, and one batch's commit records. No pyspark here.
 
 Order: a task's rows arrive sorted by ``seq`` and are produced in that order by one
-idempotent producer, a record batch at a time, each acknowledged before the next (ordering per partition is kept through retries), and the
-stream is spread over tasks by key, so every change of a key is in one task. The
-default partitioner hashes the key, so a key always lands in one partition.
+idempotent producer, a record batch at a time, each acknowledged before the next
+(ordering per partition is kept through retries), and the stream is spread over tasks
+by key, so every change of a key is in one task. The default partitioner hashes the
+key, so a key always lands in one partition.
+
+Schema changes (``op = s``) are not produced by the tasks: they go back to the
+driver in the commit messages and the commit step publishes them, in ``seq`` order,
+to the single-partition schema-change topic before the batch's commit record.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
+from mysqlcdc.schema.history import SchemaHistory
+from mysqlcdc.schema.model import TableDef
 from mysqlcdc.sinks.kafka.commitlog import CommitRecord
+from mysqlcdc.sinks.kafka.connect import TXN_KEY, TXN_VALUE
+from mysqlcdc.sinks.kafka.debezium import DebeziumEncoder, KafkaSchemaUnknownError
 from mysqlcdc.sinks.kafka.formats import (
-    TxnTally, boundary_records, debezium_value, encode_key, headers, mysqlcdc_value,
-    tally_transactions,
+    TxnTally, boundary_records, encode_key, headers, mysqlcdc_value, tally_transactions,
 )
 from mysqlcdc.sinks.kafka.producer import drop_producer, producer_for, with_retries
+from mysqlcdc.sinks.kafka.schemachange import schema_change_messages
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.topics import TopicRouter, ensure_topics, forget_topics
+from mysqlcdc.types import BinlogPosition
 
-__all__ = ["publish_rows", "publish_commit"]
+__all__ = ["publish_rows", "publish_commit", "row_encoder", "HistoryDefinitions"]
+
+Encode = Callable[[dict], tuple[bytes | None, bytes, list]]
 
 
 def _reset(settings: KafkaSettings) -> None:
@@ -27,50 +40,111 @@ def _reset(settings: KafkaSettings) -> None:
     forget_topics(settings)
 
 
-def publish_rows(settings: KafkaSettings, rows: list[dict]) -> dict[str, TxnTally]:
-    """Deliver ``rows`` (in seq order) or raise; returns their transaction tally.
-
-    Schema-change records (``op = s``) are not published: a Kafka consumer keyed by
-    primary key has no place for them (they stay in the Spark stream and changelog)."""
-    rows = [r for r in rows if r["op"] != "s"]
-    if rows:
-        with_retries(settings, "publishing a batch", lambda: _send_all(settings, rows),
-                     lambda: _reset(settings))
-    return tally_transactions(rows) if settings.transaction_topic else {}
+_HISTORIES: dict[str, SchemaHistory] = {}
 
 
-def _send_all(settings: KafkaSettings, rows: list[dict]) -> None:
+class HistoryDefinitions:
+    """Table definitions at a position, from the source query's schema history folder
+    (one history per Python worker, re-read when the file grew)."""
+
+    def __init__(self, history_dir: str | None) -> None:
+        if not history_dir:
+            raise KafkaSchemaUnknownError("the debezium format needs the source's schema "
+                                          "history folder and the sink was given none")
+        history = _HISTORIES.get(history_dir)
+        if history is None:
+            history = _HISTORIES[history_dir] = SchemaHistory(history_dir)
+        history.reload()
+        self.history = history
+
+    def at(self, db: str, table: str, file: str, pos: int) -> TableDef | None:
+        return self.history.definition(db, table, BinlogPosition.of(file, pos))
+
+
+def publish_rows(settings: KafkaSettings, rows: list[dict], encode: Encode | None = None
+                 ) -> tuple[dict[str, TxnTally], list[dict]]:
+    """Deliver ``rows`` (in seq order) or raise; returns their transaction tally and the
+    schema-change records left for the commit step. ``encode``: a task's
+    :func:`row_encoder`, made once for all its record batches (default: a new one)."""
+    changes = [r for r in rows if r["op"] != "s"]
+    if changes:
+        encode = encode or row_encoder(settings)
+        with_retries(settings, "publishing a batch",
+                     lambda: _send_all(settings, changes, encode), lambda: _reset(settings))
+    tally = tally_transactions(changes) if settings.transaction_topic else {}
+    schema_rows = [r for r in rows if r["op"] == "s"] if settings.schema_change_topic else []
+    return tally, schema_rows
+
+
+def row_encoder(settings: KafkaSettings) -> Encode:
+    """(key, value, headers) of a row in the sink's format."""
+    if settings.format != "debezium":
+        return lambda row: (encode_key(row), mysqlcdc_value(row), headers(row))
+    dbz = DebeziumEncoder(prefix=settings.prefix, schemas=settings.schemas,
+                          modes=settings.modes,
+                          definitions=HistoryDefinitions(settings.history_dir))
+    now_ns = time.time_ns()
+
+    def encode(row: dict) -> tuple[bytes | None, bytes, list]:
+        moved = None if row.get("moved_key") is None else dbz.moved_key(row)
+        return dbz.key(row), dbz.value(row, now_ns), headers(row, moved)
+    return encode
+
+
+def _send_all(settings: KafkaSettings, rows: list[dict], encode: Encode) -> None:
     router = TopicRouter(settings)
     topics = [router.topic(r) for r in rows]
     ensure_topics(settings, topics)
     producer = producer_for(settings)
-    debezium, now_ms = settings.format == "debezium", int(time.time() * 1000)
+    tombstones = settings.send_tombstones
     for row, topic in zip(rows, topics):
-        key = encode_key(row)
-        value = debezium_value(row, settings.prefix, now_ms) if debezium else mysqlcdc_value(row)
-        producer.send(topic, key, value, headers(row))
-        if settings.tombstones and row["op"] == "d":
-            producer.send(topic, key, None, headers(row))
+        key, value, hdrs = encode(row)
+        producer.send(topic, key, value, hdrs)
+        if tombstones and row["op"] == "d":
+            # also the old key of a key change: compaction then drops it for good
+            producer.send(topic, key, None, hdrs)
     producer.finish(settings.delivery_timeout_s + 5)
 
 
 def publish_commit(settings: KafkaSettings, record: CommitRecord,
-                   txns: dict[str, TxnTally]) -> None:
-    """Transaction boundaries (if enabled), then the commit record; all acknowledged."""
-    with_retries(settings, "writing the commit log", lambda: _send_commit(settings, record, txns),
+                   txns: dict[str, TxnTally], schema_rows: list[dict] | None = None) -> None:
+    """Schema changes and transaction boundaries (if enabled), then the commit record;
+    all acknowledged."""
+    with_retries(settings, "writing the commit log",
+                 lambda: _send_commit(settings, record, txns, schema_rows or []),
                  lambda: _reset(settings))
 
 
-def _send_commit(settings: KafkaSettings, record: CommitRecord,
-                 txns: dict[str, TxnTally]) -> None:
-    commit_topic = settings.resolve(settings.commit_topic)
-    ensure_topics(settings, [commit_topic], partitions=1)
+def _boundary_wrap(settings: KafkaSettings):
+    if settings.format != "debezium" or not settings.schemas:
+        return None
+    from orjson import dumps
+
+    schemas = {"key": dumps(TXN_KEY).decode(), "value": dumps(TXN_VALUE).decode()}
+    return lambda part, payload: (f'{{"schema":{schemas[part]},'
+                                  f'"payload":{dumps(payload).decode()}}}').encode()
+
+
+def _send_single(settings: KafkaSettings, template: str, messages: list) -> None:
+    """``messages`` (key, value) to partition 0 of the one-partition topic ``template``."""
+    if not messages:
+        return
+    topic = settings.resolve(template)
+    ensure_topics(settings, [topic], partitions=1)
     producer = producer_for(settings)
-    if settings.transaction_topic and txns:
-        txn_topic = settings.resolve(settings.transaction_topic)
-        ensure_topics(settings, [txn_topic], partitions=1)
-        for key, value in boundary_records(txns):
-            producer.send(txn_topic, key, value, partition=0)
-        producer.finish(settings.delivery_timeout_s + 5)   # boundaries land before the commit
-    producer.send(commit_topic, *record.encode(), partition=0)   # read back from partition 0
+    for key, value in messages:
+        producer.send(topic, key, value, partition=0)
     producer.finish(settings.delivery_timeout_s + 5)
+
+
+def _send_commit(settings: KafkaSettings, record: CommitRecord,
+                 txns: dict[str, TxnTally], schema_rows: list[dict]) -> None:
+    if settings.schema_change_topic:
+        _send_single(settings, settings.schema_change_topic, schema_change_messages(
+            schema_rows, format=settings.format, prefix=settings.prefix,
+            schemas=settings.schemas, now_ms=int(time.time() * 1000),
+            envelope_value=mysqlcdc_value))
+    if settings.transaction_topic:
+        _send_single(settings, settings.transaction_topic,
+                     boundary_records(txns, _boundary_wrap(settings)))
+    _send_single(settings, settings.commit_topic, [record.encode()])   # read from partition 0

@@ -9,7 +9,14 @@ The writer receives only Spark options (strings, keys lower-cased by Spark). Opt
     topicPrefix              {prefix} (default: the pipeline name)
     topicColumn              take the topic from this column instead
     format                   mysqlcdc (default) | debezium
+    schemas                  true (default) | false: debezium key and value as
+                             {"schema", "payload"} (Kafka Connect's JSON converter) or bare
+    decimalHandlingMode, timePrecisionMode, bigintUnsignedHandlingMode,
+    binaryHandlingMode       Debezium's value encodings (see typemap.MODES)
+    schemaHistory            the source query's schema history folder (debezium format)
     tombstones               true | false: a null-value record after each delete
+                             (default: true for debezium, false for mysqlcdc)
+    schemaChangeTopic        op=s records (template), default {prefix}; "" for none
     partitions, replicationFactor, topicConfig.<key>   for topics the sink creates
     transactionTopic         BEGIN/END records per transaction (template), default none
     commitTopic              commit-log topic (template), default {prefix}.mysqlcdc-commits
@@ -27,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from mysqlcdc.errors import ConfigError
+from mysqlcdc.sinks.kafka.typemap import MODES, Modes
 
 __all__ = ["KafkaSettings", "FORMATS", "from_sink_config"]
 
@@ -45,7 +53,14 @@ class KafkaSettings:
     prefix: str = "mysqlcdc"
     topic_column: str | None = None
     format: str = "mysqlcdc"
-    tombstones: bool = False
+    tombstones: bool | None = None
+    schemas: bool = True
+    decimal_handling_mode: str = "precise"
+    time_precision_mode: str = "adaptive_time_microseconds"
+    bigint_unsigned_handling_mode: str = "long"
+    binary_handling_mode: str = "bytes"
+    schema_change_topic: str | None = "{prefix}"
+    history_dir: str | None = None
     partitions: int = 6
     replication_factor: int = 1
     topic_config: Mapping[str, str] = field(default_factory=dict)
@@ -57,8 +72,33 @@ class KafkaSettings:
     checkpoint: str | None = None
     sort_memory_mb: int = 128
 
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ConfigError(f"kafka format must be one of {', '.join(FORMATS)}, "
+                              f"got {self.format!r}")
+        for name, allowed in MODES.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"kafka {name} must be one of {', '.join(allowed)}, "
+                                  f"got {getattr(self, name)!r}")
+
     def __repr__(self) -> str:   # the producer settings may hold secrets
         return f"KafkaSettings(topic={self.topic!r}, prefix={self.prefix!r}, format={self.format!r})"
+
+    @property
+    def send_tombstones(self) -> bool:
+        """A null-value record after each delete: as set, else Debezium's default for its
+        format (``tombstones.on.delete=true``) and none for ``mysqlcdc``."""
+        return self.format == "debezium" if self.tombstones is None else self.tombstones
+
+    @property
+    def modes(self) -> Modes:
+        return Modes(self.decimal_handling_mode, self.time_precision_mode,
+                     self.bigint_unsigned_handling_mode, self.binary_handling_mode)
+
+    @property
+    def transaction_orders(self) -> bool:
+        """Whether events carry Debezium's ``transaction`` block (see :mod:`.txnorder`)."""
+        return self.format == "debezium" and bool(self.transaction_topic)
 
     @property
     def bootstrap(self) -> str:
@@ -91,16 +131,24 @@ class KafkaSettings:
         opts.update({f"topicConfig.{k}": v for k, v in self.topic_config.items()})
         opts.update({
             "topic": self.topic, "topicPrefix": self.prefix, "format": self.format,
-            "tombstones": str(self.tombstones).lower(), "partitions": str(self.partitions),
+            "schemas": str(self.schemas).lower(), "partitions": str(self.partitions),
+            "decimalHandlingMode": self.decimal_handling_mode,
+            "timePrecisionMode": self.time_precision_mode,
+            "bigintUnsignedHandlingMode": self.bigint_unsigned_handling_mode,
+            "binaryHandlingMode": self.binary_handling_mode,
+            "schemaChangeTopic": self.schema_change_topic or "",
             "replicationFactor": str(self.replication_factor), "commitTopic": self.commit_topic,
             "pipeline": self.pipeline, "deliveryTimeout": str(self.delivery_timeout_s),
             "deliveryAttempts": str(self.delivery_attempts),
             "sortMemoryMb": str(self.sort_memory_mb),
         })
         for key, value in (("topicColumn", self.topic_column),
-                           ("transactionTopic", self.transaction_topic)):
+                           ("transactionTopic", self.transaction_topic),
+                           ("schemaHistory", self.history_dir)):
             if value:
                 opts[key] = value
+        if self.tombstones is not None:
+            opts["tombstones"] = str(self.tombstones).lower()
         return opts
 
     @classmethod
@@ -110,14 +158,19 @@ class KafkaSettings:
         producer = {k[6:]: v for k, v in low.items() if k.startswith("kafka.")}
         if not producer.get("bootstrap.servers"):
             raise ConfigError("option kafka.bootstrap.servers is required")
-        fmt = low.get("format", "mysqlcdc")
-        if fmt not in FORMATS:
-            raise ConfigError(f"option format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         return cls(
-            producer=producer, format=fmt,
+            producer=producer, format=low.get("format", cls.format),
             topic=low.get("topic", cls.topic), prefix=low.get("topicprefix", cls.prefix),
             topic_column=low.get("topiccolumn") or None,
-            tombstones=_bool(low, "tombstones"),
+            tombstones=_bool(low, "tombstones") if "tombstones" in low else None,
+            schemas=_bool(low, "schemas", "true"),
+            decimal_handling_mode=low.get("decimalhandlingmode", cls.decimal_handling_mode),
+            time_precision_mode=low.get("timeprecisionmode", cls.time_precision_mode),
+            bigint_unsigned_handling_mode=low.get("bigintunsignedhandlingmode",
+                                                  cls.bigint_unsigned_handling_mode),
+            binary_handling_mode=low.get("binaryhandlingmode", cls.binary_handling_mode),
+            schema_change_topic=low.get("schemachangetopic", cls.schema_change_topic) or None,
+            history_dir=low.get("schemahistory") or None,
             partitions=_int(low, "partitions", cls.partitions),
             replication_factor=_int(low, "replicationfactor", cls.replication_factor),
             topic_config={k[12:]: v for k, v in low.items() if k.startswith("topicconfig.")},
@@ -131,8 +184,9 @@ class KafkaSettings:
         )
 
 
-def from_sink_config(sink, pipeline: str) -> KafkaSettings:
-    """Settings from a validated ``KafkaSinkConfig`` of the pipeline named ``pipeline``."""
+def from_sink_config(sink, pipeline: str, history_dir: str | None = None) -> KafkaSettings:
+    """Settings from a validated ``KafkaSinkConfig`` of the pipeline named ``pipeline``;
+    ``history_dir``: the schema history folder of the sink's query."""
     producer = {**sink.producer_config, "bootstrap.servers": sink.bootstrap_servers}
     producer.update({k: s.reveal() for k, s in sink.secret_producer_config().items()})
     return KafkaSettings(
@@ -142,6 +196,11 @@ def from_sink_config(sink, pipeline: str) -> KafkaSettings:
         topic_config=dict(sink.topic_config), transaction_topic=sink.transaction_topic,
         commit_topic=sink.commit_topic, pipeline=pipeline,
         delivery_timeout_s=sink.delivery_timeout_s, delivery_attempts=sink.delivery_attempts,
+        schemas=sink.schemas, decimal_handling_mode=sink.decimal_handling_mode,
+        time_precision_mode=sink.time_precision_mode,
+        bigint_unsigned_handling_mode=sink.bigint_unsigned_handling_mode,
+        binary_handling_mode=sink.binary_handling_mode,
+        schema_change_topic=sink.schema_change_topic, history_dir=history_dir,
         sort_memory_mb=sink.sort_memory_mb,
     )
 
@@ -150,8 +209,8 @@ def _legal_topic(name: str) -> str:
     return "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in name)[:249]
 
 
-def _bool(low: Mapping[str, str], key: str) -> bool:
-    value = low.get(key, "false").strip().lower()
+def _bool(low: Mapping[str, str], key: str, default: str = "false") -> bool:
+    value = low.get(key, default).strip().lower()
     if value not in ("true", "false"):
         raise ConfigError(f"option {key} must be true or false, got {value!r}")
     return value == "true"

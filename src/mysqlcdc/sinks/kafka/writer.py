@@ -5,8 +5,9 @@ does not import pyspark). ``write`` runs in each task: it orders the task's rows
 ``seq`` in bounded memory (``order.SeqSorter``: spilled to local files past
 ``sortMemoryMb``), publishes them a record batch at a time, each batch acknowledged
 before the next is sent, and returns a commit message only when every delivery was
-acknowledged. ``commit`` runs once per batch in a driver-side worker after all
-tasks succeeded and appends the batch's end position to the commit log (see
+acknowledged (schema changes ride back in it). ``commit`` runs once per batch in a
+driver-side worker after all tasks succeeded, publishes the schema changes and
+transaction boundaries, and appends the batch's end position to the commit log (see
 :mod:`mysqlcdc.sinks.kafka.commitlog`). A failed task fails the batch; Spark
 replays it with the same id when the query runs again.
 
@@ -30,7 +31,7 @@ from mysqlcdc.errors import ConfigError
 from mysqlcdc.sinks.kafka.commitlog import CommitRecord, batch_end_offset
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
 from mysqlcdc.sinks.kafka.order import SeqSorter
-from mysqlcdc.sinks.kafka.publish import publish_commit, publish_rows
+from mysqlcdc.sinks.kafka.publish import publish_commit, publish_rows, row_encoder
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 
 __all__ = ["KafkaDataSource", "KafkaStreamWriter", "KafkaCommitMessage"]
@@ -40,10 +41,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class KafkaCommitMessage(WriterCommitMessage):
-    """What one write task delivered: its row count and, if asked, its transactions."""
+    """What one write task delivered: its row count and, if asked, its transactions, and
+    the schema-change records the commit step publishes."""
 
     rows: int
     txns: dict[str, TxnTally] = field(default_factory=dict)
+    schema_rows: list[dict] = field(default_factory=list)
 
 
 class KafkaDataSource(DataSource):
@@ -60,6 +63,9 @@ class KafkaDataSource(DataSource):
         settings = KafkaSettings.parse(self.options)
         if not settings.checkpoint:
             raise ConfigError("the kafka sink needs the checkpointLocation option")
+        if settings.format == "debezium" and not settings.history_dir:
+            raise ConfigError("the kafka sink's debezium format needs the schemaHistory option "
+                              "(the source query's schema history folder)")
         return KafkaStreamWriter(settings)
 
 
@@ -73,18 +79,22 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         sorter = SeqSorter(self.settings.sort_memory_mb << 20)
         for batch in iterator:
             sorter.add(batch)
-        rows, tallies = 0, []
+        rows, tallies, schema_rows, encode = 0, [], [], None
         for batch in sorter.sorted():
-            tallies.append(publish_rows(self.settings, batch.to_pylist()))
+            encode = encode or row_encoder(self.settings)     # one per task, not per batch
+            tally, schema = publish_rows(self.settings, batch.to_pylist(), encode)
+            tallies.append(tally)
+            schema_rows += schema
             rows += batch.num_rows
-        return KafkaCommitMessage(rows, merge_tallies(tallies))
+        return KafkaCommitMessage(rows, merge_tallies(tallies), schema_rows)
 
     def commit(self, messages: list[KafkaCommitMessage | None], batchId: int) -> None:
         done = [m for m in messages if m is not None]
         end = batch_end_offset(self.settings.checkpoint, batchId)
         record = CommitRecord(self.settings.pipeline, batchId, end,
                               sum(m.rows for m in done), int(time.time() * 1000))
-        publish_commit(self.settings, record, merge_tallies([m.txns for m in done]))
+        publish_commit(self.settings, record, merge_tallies([m.txns for m in done]),
+                       [r for m in done for r in m.schema_rows])
 
     def abort(self, messages: list[KafkaCommitMessage | None], batchId: int) -> None:
         failed = sum(m is None for m in messages)

@@ -1,20 +1,31 @@
-"""Mirror sink: the current state of every captured table kept live in a target database.
+"""Mirror sink: the current state (or every version) of every captured table kept live in
+a target.
 
 ``start_mirror(df, settings, checkpoint=...)`` starts a ``foreachBatch`` query that
 applies each micro-batch as one target transaction (see :mod:`.writer`).
 Targets: PostgreSQL (:mod:`.postgresql`), MySQL/MariaDB (:mod:`.mysql`),
-Redis (:mod:`.redis`).
+Redis (:mod:`.redis`), Delta Lake (:mod:`.delta`, with :func:`read_consistent`).
+History tables (``mode: history``): :mod:`.history`.
 """
 
 from __future__ import annotations
 
 from mysqlcdc.sinks.mirror.settings import MirrorSettings, from_sink_config
 
-__all__ = ["MirrorSettings", "start_mirror", "make_target", "from_sink_config", "read_position"]
+__all__ = ["MirrorSettings", "start_mirror", "make_target", "from_sink_config", "read_position",
+           "read_consistent"]
 
 
-def make_target(settings: MirrorSettings):
-    """A new (unconnected) target object for ``settings.target``."""
+def read_consistent(root):
+    """All tables of a Delta mirror as of one binlog position (see :mod:`.delta`)."""
+    from mysqlcdc.sinks.mirror.delta import read_consistent as read
+
+    return read(root)
+
+
+def make_target(settings: MirrorSettings, checkpoint: str | None = None):
+    """A new (unconnected) target object for ``settings.target``; ``checkpoint`` names
+    the Spark checkpoint whose query id the Delta target's application id includes."""
     if settings.target == "postgresql":
         from mysqlcdc.sinks.mirror.postgresql import PostgresTarget
 
@@ -27,6 +38,11 @@ def make_target(settings: MirrorSettings):
         from mysqlcdc.sinks.mirror.redis import RedisTarget
 
         return RedisTarget(settings)
+    if settings.target == "delta":
+        from mysqlcdc.sinks.mirror.delta import DeltaTarget
+        from mysqlcdc.spark.checkpoint import query_id
+
+        return DeltaTarget(settings, settings.app_id(query_id(checkpoint)))
     raise AssertionError(settings.target)   # MirrorSettings validates the name
 
 
@@ -36,8 +52,8 @@ def start_mirror(df, settings: MirrorSettings, *, checkpoint: str,
     """Start the query keeping ``settings``' target equal to the source tables."""
     from mysqlcdc.sinks.mirror.writer import foreach_batch
 
-    writer = (df.writeStream.foreachBatch(foreach_batch(settings, lambda: make_target(settings),
-                                                        checkpoint))
+    writer = (df.writeStream.foreachBatch(foreach_batch(
+        settings, lambda: make_target(settings, checkpoint), checkpoint))
               .option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=trigger_interval))
@@ -49,7 +65,9 @@ def start_mirror(df, settings: MirrorSettings, *, checkpoint: str,
 def read_position(settings: MirrorSettings) -> dict:
     """What the target's ledger says: the last committed batch id, its end binlog position
     (``file:pos``) and ``seq``, and the stopped tables. Every table of the target reflects
-    the source exactly up to that position (one transaction per batch), except stopped ones."""
+    the source exactly up to that position (one transaction per batch), except stopped ones.
+    A Delta target adds ``tables``: each table's version and its last commit's batch id and
+    position (a table may be ahead of the ledger while a batch is being applied)."""
     from mysqlcdc.sinks.mirror.writer import run_with_retries
 
     return run_with_retries(lambda: make_target(settings),

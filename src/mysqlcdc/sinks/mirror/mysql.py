@@ -20,6 +20,7 @@ import json
 from datetime import datetime, timezone
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import GEOMETRY_TYPES, python_value
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, TableRefused,
                                           TargetAuthError)
@@ -274,6 +275,24 @@ class MySQLTarget:
         stmt = (f"DELETE FROM {q(d.db)}.{q(d.name)} WHERE "
                 + " AND ".join(f"{q(n)} = %s" for n in pk))
         self._x(stmt, [tuple(_bind(cols[n], k[n]) for n in pk) for k in keys], many=True)
+
+
+    # -- history mode -----------------------------------------------------------
+    def close_versions(self, d: TableDef, closes) -> None:
+        """End each key's current version (history mode; see history.py)."""
+        pk, params = close_params(d, closes, _bind)
+        stmt = (f"UPDATE {q(d.db)}.{q(d.name)} SET valid_to = %s, valid_to_seq = %s, "
+                "is_current = 0 WHERE " + " AND ".join(f"{q(n)} = %s" for n in pk)
+                + " AND is_current AND valid_from_seq < %s")
+        self._x(stmt, params, many=True)
+
+    def close_all(self, db: str, table: str, ts_ms, seq) -> None:
+        """History mode's truncate: every current version ends here."""
+        when = utc_text(ts_ms)
+        if when is not None:
+            when = datetime.fromisoformat(when).replace(tzinfo=None)
+        self._x(f"UPDATE {q(db)}.{q(table)} SET valid_to = %s, valid_to_seq = %s, "
+                "is_current = 0 WHERE is_current", (when, seq))
 
 
 def _bind(col: ColumnDef, value):

@@ -29,7 +29,10 @@ its constraints). Ledger tables live in the ``public`` schema: ``mysqlcdc_offset
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import BINARY_TYPES, GEOMETRY_TYPES, TEXT_TYPES, python_value
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, TableRefused,
                                           TargetAuthError)
@@ -67,6 +70,8 @@ def pg_type(col: ColumnDef) -> str:
         return "bytea"
     if t == "json":
         return "jsonb"
+    if t == "bool":                       # history mode's is_current
+        return "boolean"
     if t in TEXT_TYPES or t in ("enum", "set"):
         return "text"
     raise TableRefused(f"column {col.name!r}: type {col.column_type or t!r} has no PostgreSQL "
@@ -285,6 +290,28 @@ class PostgresTarget:
             self._name(d.db, d.name),
             sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(n)) for n in pk))
         self._x(stmt, [tuple(_bind(cols[n], k[n]) for n in pk) for k in keys], many=True)
+
+
+    # -- history mode ---------------------------------------------------------------
+    def close_versions(self, d: TableDef, closes) -> None:
+        """End each key's current version (history mode; see history.py)."""
+        from psycopg import sql
+
+        pk, params = close_params(d, closes, _bind)
+        stmt = sql.SQL("UPDATE {} SET valid_to = %s, valid_to_seq = %s, is_current = false "
+                       "WHERE {} AND is_current AND valid_from_seq < %s").format(
+            self._name(d.db, d.name),
+            sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(n)) for n in pk))
+        self._x(stmt, params, many=True)
+
+    def close_all(self, db: str, table: str, ts_ms, seq) -> None:
+        """History mode's truncate: every current version ends here."""
+        from psycopg import sql
+
+        when = utc_text(ts_ms)
+        self._x(sql.SQL("UPDATE {} SET valid_to = %s, valid_to_seq = %s, is_current = false "
+                        "WHERE is_current").format(self._name(db, table)),
+                (None if when is None else datetime.fromisoformat(when), seq))
 
 
 def _position(row, stopped) -> dict:

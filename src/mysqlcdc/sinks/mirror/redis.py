@@ -6,7 +6,7 @@ joined by ``:``), default ``{db}:{table}:{pk}``. Fields: one per column; values 
 joined by commas, JSON as JSON text), BINARY/BLOB as their bytes; a NULL column has no
 field. A delete removes the key; ``ttl_s`` sets an expiry on every written key.
 
-Each batch is one MULTI/EXEC, together with ``HSET mysqlcdc:offsets:<pipeline>
+Each batch is one MULTI/EXEC, together with ``HSET mysqlcdc:offsets:<pipeline>@<query id>
 batch_id position seq``; the offsets key is WATCHed from the read of the last batch id
 to EXEC, so a replayed batch is skipped. Table-wide changes (truncate, drop, rename,
 dropped or renamed columns) are Lua scripts queued in the same MULTI, run in order.

@@ -24,8 +24,14 @@ that table back to its savepoint and records it in ``mysqlcdc_mirror_stopped``
 Transient target failures (server down, connection dropped) retry the whole batch
 with exponential backoff on a new connection; wrong credentials fail at once.
 
-Memory: the batch's rows (bounded by ``source.max_events_per_batch``) and one dict
-per table of the reduced changes.
+History mode (``history=True``, ``mode: history``): every change of a key is kept
+instead of the last one, and becomes a version of the row (:mod:`.history`).
+Targets without one transaction for a whole batch (MySQL, whose DDL commits, and
+Delta, which commits per table) commit in steps with a ledger mark around each DDL.
+
+Memory: the batch's rows (bounded by ``source.max_events_per_batch``; a row change's
+``before`` image stays in Spark) and one dict per table of the reduced changes, kept
+as the envelope's JSON texts until a target converts them.
 """
 
 from __future__ import annotations
@@ -40,10 +46,11 @@ from typing import Callable, Iterable, Protocol
 from mysqlcdc.errors import MirrorAuthError, MirrorTableStoppedError, MirrorUnavailableError
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.sinks.mirror.history import Change, history_def, scd2, version_row
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["apply_batch", "Target", "TableChanges", "ColumnChange", "diff_columns",
-           "Definitions", "BatchResult", "run_with_retries", "foreach_batch"]
+           "Definitions", "BatchResult", "run_with_retries", "foreach_batch", "ledger_key"]
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +133,14 @@ class Target(Protocol):
     def commit(self, pipeline: str, batch_id: int, position: str, seq: str) -> None: ...
     def rollback(self) -> None: ...
     def read_position(self, pipeline: str) -> dict: ...
-    # targets whose DDL commits implicitly set ``transactional_ddl = False`` and add
-    # ``mark(pipeline, batch_id, seq)`` and ``partial(pipeline) -> (batch_id, seq) | None``
+    # history mode (``mode: history``, see history.py): versions are upserts into the history
+    # table; ``close_versions(definition, closes)`` ends current versions and
+    # ``close_all(db, table, ts_ms, seq)`` replaces truncate.
+    # Targets whose DDL commits implicitly set ``transactional_ddl = False`` and add
+    # ``mark(pipeline, batch_id, seq)`` and ``partial(pipeline) -> (batch_id, seq) | None``.
+    # Optional: ``start_batch(batch_id, position)`` after begin; ``at(seq)`` before each
+    # table action (the step it is); ``write_changes(definition, changes, history=...)``
+    # to take a flush's changes unconverted (the Delta target).
 
 
 class Definitions:
@@ -156,17 +169,35 @@ class Definitions:
 
 @dataclass
 class TableChanges:
-    """Reduced row changes of one table since its last flush: last change per key."""
+    """Row changes of one table since its last flush: the last change per key (current
+    mode) or every change (``every``, history mode), as the envelope's texts."""
 
     definition_at: tuple[str, int] | None = None     # (file, pos) of the first row
-    last: dict[str, tuple[str, dict | None, dict]] = field(default_factory=dict)
-    # key JSON -> (op, after image or None, key object)
+    last: dict[str, Change] = field(default_factory=dict)
+    every: list[Change] | None = None
+    last_seq: Decimal | None = None
 
-    def add(self, op: str, key_text: str, after: dict | None, key: dict, file: str, pos: int):
+    def add(self, change: Change, file: str, pos: int) -> None:
         if self.definition_at is None:
             self.definition_at = (file, pos)
-        self.last.pop(key_text, None)          # keep dict order = order of last change
-        self.last[key_text] = (op, after, key)
+        if self.every is not None:
+            self.every.append(change)
+        else:
+            self.last[change.key] = change     # changes() orders them by seq again
+        self.last_seq = change.seq
+
+    def changes(self) -> list[Change]:
+        """The reduced changes (current mode) or all of them (history mode), seq order."""
+        if self.every is not None:
+            return self.every
+        return sorted(self.last.values(), key=lambda c: c.seq)
+
+    def upserts(self) -> list[dict]:
+        return [json.loads(c.after) for c in self.last.values() if c.op != "d"]
+
+    def deletes(self, pk: tuple[str, ...]) -> list[dict]:
+        keys = [json.loads(c.key) for c in self.last.values() if c.op == "d"]
+        return [{n: k.get(n) for n in pk} for k in keys]
 
 
 @dataclass
@@ -176,20 +207,17 @@ class BatchResult:
     stopped: list[Key] = field(default_factory=list)
 
 
-def _loads(text):
-    return None if text is None else json.loads(text)
-
-
 def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline: str,
                 definitions: Definitions, end_position: str | None = None,
-                keep_on_create: bool = False) -> BatchResult:
+                keep_on_create: bool = False, history: bool = False) -> BatchResult:
     """Apply one batch of envelope rows (dicts with op, db, table, before, after, key,
-    file, pos, seq) to ``target`` in one transaction; see the module docstring.
+    file, pos, seq, ts_ms) to ``target`` in one transaction; see the module docstring.
 
     ``end_position``: the batch's end offset (``file:pos``, a transaction boundary) to
     record in the ledger; default the position of the batch's last change.
     ``keep_on_create``: a created table whose target table exists keeps it (and its rows)
-    instead of replacing it (append-only changelog tables)."""
+    instead of replacing it (append-only changelog tables).
+    ``history``: keep every version of every row (``mysqlcdc.sinks.mirror.history``)."""
     ordered = sorted(rows, key=lambda r: Decimal(r["seq"]))
     result = BatchResult()
     committed, stopped = target.begin(pipeline)
@@ -198,6 +226,10 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
         log.info("mirror: batch %d already committed (ledger at %d); skipped", batch_id, committed)
         result.skipped = True
         return result
+    last_row = ordered[-1] if ordered else None
+    position = end_position or (f"{last_row['file']}:{last_row['pos']}" if last_row else "")
+    if hasattr(target, "start_batch"):
+        target.start_batch(batch_id, position)
     resume_after = None
     if not getattr(target, "transactional_ddl", True):
         mark = target.partial(pipeline)
@@ -207,19 +239,17 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
     definitions.refresh()
     pending: dict[Key, TableChanges] = {}
     known: dict[Key, TableDef] = {}
+    shape = _history_shape if history else (lambda d: d)
 
     def stop(key: Key, err: Exception, seq) -> None:
         target.rollback_savepoint()
-        message = f"{key[0]}.{key[1]}: {err}"
-        target.stop_table(pipeline, key[0], key[1], MirrorTableStoppedError.code, message, str(seq))
-        stopped.add(key)
-        result.stopped.append(key)
-        pending.pop(key, None)
-        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
+        stop_unguarded(key, err, seq)
 
     transactional = getattr(target, "transactional_ddl", True)
 
     def guarded(key: Key, seq, action: Callable[[], None], *, ddl: bool = False) -> None:
+        if hasattr(target, "at"):
+            target.at(Decimal(seq))                # the step a commit of this action records
         if ddl and not transactional:
             # DDL commits implicitly here: first everything before it, with a ledger mark
             # saying how far this batch got, so a replay resumes after it (see begin()).
@@ -247,7 +277,8 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
         stopped.add(key)
         result.stopped.append(key)
         pending.pop(key, None)
-        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1]))
+        log.error("%s", MirrorTableStoppedError(message, db=key[0], table=key[1],
+                                                hint=getattr(target, "stopped_hint", None)))
 
     def definition_for(key: Key, file: str, pos: int) -> TableDef:
         if key in known:
@@ -258,25 +289,18 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
         if not found.primary_key:
             raise TableRefused("the table has no primary key; the mirror needs one")
         if not target.table_exists(*key):
-            target.create_table(found)
+            target.create_table(shape(found))
         known[key] = found
         return found
 
     def flush(key: Key, seq) -> None:
         changes = pending.pop(key, None)
-        if not changes or not changes.last:
+        if not changes or changes.last_seq is None:
             return
 
         def write() -> None:
             definition = definition_for(key, *changes.definition_at)
-            pk = definition.primary_key
-            upserts = [after for op, after, _ in changes.last.values() if op != "d"]
-            deletes = [{c: k.get(c) for c in pk} for op, _, k in changes.last.values() if op == "d"]
-            # deletes first: a key deleted then re-inserted in the batch keeps only its upsert
-            if deletes:
-                target.delete(definition, deletes)
-            if upserts:
-                target.upsert(definition, upserts)
+            write_rows(target, shape(definition), changes, history)
         if not transactional and key not in known:
             # CREATE TABLE commits implicitly: make the table outside any savepoint. Writes
             # committed early by it are safe to repeat on replay (last value per key).
@@ -307,7 +331,7 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
                         known[key] = after
                         return
                     target.drop_table(*key)
-                target.create_table(after)
+                target.create_table(shape(after))
                 known[key] = after
                 return
             old_key = (before.db, before.name)
@@ -327,9 +351,17 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
                 raise TableRefused("the primary key was dropped; the mirror needs one")
             changes = diff_columns(before, after)
             if changes or before.primary_key != after.primary_key:
-                target.alter_table(before, after, changes)
+                target.alter_table(shape(before), shape(after), changes)
             known[key] = after
         guarded(key, rec["seq"], run, ddl=True)
+
+    def truncate(key: Key, rec: dict) -> None:
+        if not target.table_exists(*key):
+            return
+        if history:                                # the versions stay, none is current
+            target.close_all(key[0], key[1], rec.get("ts_ms"), Decimal(rec["seq"]))
+        else:
+            target.truncate(*key)
 
     # A rename gives, at one position, a record for the old name (after null) and one for
     # the new name whose ``before`` names the old table: the old name's record is no drop.
@@ -349,15 +381,21 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
             if key in stopped:
                 continue
             result.rows += 1
-            key_obj = _loads(r["key"]) or {}
-            tc = pending.setdefault(key, TableChanges())
-            tc.add(op, r["key"], _loads(r["after"]) if op != "d" else None, key_obj,
+            tc = pending.get(key)
+            if tc is None:
+                tc = pending[key] = TableChanges(every=[] if history else None)
+            seq = r["seq"]
+            tc.add(Change(op, r["after"] if op != "d" else None, r["key"],
+                          seq if isinstance(seq, Decimal) else Decimal(seq), r.get("ts_ms")),
                    r["file"], r["pos"])
         elif op == "t":
             if key in stopped:
                 continue
-            pending.pop(key, None)               # changes before a truncate do not matter
-            guarded(key, r["seq"], lambda k=key: target.table_exists(*k) and target.truncate(*k))
+            if not history:
+                pending.pop(key, None)           # changes before a truncate do not matter
+            else:
+                flush(key, r["seq"])             # they are versions: kept, then closed
+            guarded(key, r["seq"], lambda k=key, rec=r: truncate(k, rec))
         elif op == "s":
             if r["after"] is None and (r["file"], r["pos"], *key) in renamed_away:
                 flush(key, r["seq"])             # its rows land before the rename
@@ -375,9 +413,36 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
             schema_change(key, r)
     for key in list(pending):
         flush(key, last["seq"])
-    position = end_position or (f"{last['file']}:{last['pos']}" if last else "")
     target.commit(pipeline, batch_id, position, str(last["seq"]) if last else "")
     return result
+
+
+def write_rows(target: Target, definition: TableDef, changes: TableChanges,
+               history: bool) -> None:
+    """One table's changes since its last flush, written as the target takes them."""
+    if hasattr(target, "write_changes"):            # the target reduces and converts itself
+        target.write_changes(definition, changes.changes(), history=history)
+    elif history:
+        closes, versions = scd2(changes.changes())
+        if closes:
+            target.close_versions(definition, closes)
+        if versions:                       # keyed by (key, valid_from_seq): a replay rewrites
+            target.upsert(definition, [version_row(v) for v in versions])
+    else:
+        # deletes first: a key deleted then re-inserted in the batch keeps only its upsert
+        deletes = changes.deletes(definition.primary_key)
+        upserts = changes.upserts()
+        if deletes:
+            target.delete(definition, deletes)
+        if upserts:
+            target.upsert(definition, upserts)
+
+
+def _history_shape(d: TableDef) -> TableDef:
+    try:
+        return history_def(d)
+    except ValueError as err:
+        raise TableRefused(str(err)) from None
 
 
 def _def(text) -> TableDef | None:
@@ -386,8 +451,15 @@ def _def(text) -> TableDef | None:
 
 def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target], BatchResult],
                      *, attempts: int, initial_delay_s: float, max_delay_s: float,
-                     what: str = "mirror target", sleep=time.sleep) -> BatchResult:
-    """Run ``work`` on a fresh connection; retry transient failures with backoff."""
+                     what: str = "mirror target", sleep=time.sleep,
+                     labels: tuple[str, str] = ("", "mirror"),
+                     hint: str | None = None) -> BatchResult:
+    """Run ``work`` on a fresh connection; retry transient failures with backoff.
+    ``labels`` (pipeline, sink) name the retries and failures in ``mysqlcdc.stats``;
+    ``hint``: what the final MIRROR_TARGET_UNAVAILABLE tells to do (default: start the
+    server)."""
+    from mysqlcdc import stats
+
     delay = initial_delay_s
     for attempt in range(1, attempts + 1):
         target = make_target()
@@ -397,9 +469,10 @@ def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target],
         except TargetAuthError as err:
             raise MirrorAuthError(f"{what} refused the credentials: {err}") from None
         except RetryableTargetError as err:
+            stats.count("sink_errors" if attempt == attempts else "sink_retries", *labels)
             if attempt == attempts:
                 raise MirrorUnavailableError(
-                    f"{what} unavailable after {attempts} attempts: {err}") from None
+                    f"{what} unavailable after {attempts} attempts: {err}", hint=hint) from None
             log.warning("mirror: %s failed (attempt %d/%d): %s; retrying in %.1fs",
                         what, attempt, attempts, err, delay)
             sleep(delay)
@@ -413,7 +486,26 @@ def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target],
 
 
 _COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq", "txn_id",
-            "server_id")
+            "server_id", "ts_ms")
+
+
+def _collect(df, keep_before: bool):
+    """The batch's rows as dicts in ``seq`` order. Without ``keep_before`` a row change's
+    ``before`` image (half an update's bytes) is left in Spark: only ``s`` records need it."""
+    cols = [f"`{c}`" for c in _COLUMNS]
+    if not keep_before:
+        cols[3] = "CASE WHEN op = 's' THEN `before` END AS `before`"
+    return df.selectExpr(*cols).toArrow().sort_by("seq").to_pylist()
+
+
+def ledger_key(name: str, checkpoint: str | None) -> str:
+    """A sink's row in the target's ledger: its name and the Spark checkpoint's query id,
+    so a pipeline started again from a NEW checkpoint (whose batch ids begin at 0 again)
+    is not taken for a replay of the batches an earlier checkpoint committed."""
+    from mysqlcdc.spark.checkpoint import query_id
+
+    found = query_id(checkpoint)
+    return f"{name}@{found}" if found else name
 
 
 def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str | None = None,
@@ -428,23 +520,31 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
 
     definitions = definitions or Definitions(settings.history_dir)
     local = local_dir(checkpoint) if checkpoint else None
-    name = ledger_name or settings.pipeline
+    base = ledger_name or settings.pipeline
+    history = getattr(settings, "mode", "current") == "history"
+    keys: dict[str, str] = {}
 
     def run(df, batch_id: int) -> None:
-        table = df.select(*[f"`{c}`" for c in _COLUMNS]).toArrow()
-        rows = table.to_pylist()
+        name = keys.setdefault("ledger", ledger_key(base, checkpoint))   # Spark wrote it
+        started = time.perf_counter()
+        rows = _collect(df, keep_before=transform is not None)
         if transform is not None:
             rows = transform(rows)
         if not rows:
             return
+        collected = time.perf_counter()
         end = batch_offset(local, batch_id) if local is not None else None
         result = run_with_retries(
             make_target,
             lambda t: apply_batch(t, rows, batch_id=batch_id, pipeline=name,
                                   definitions=definitions, keep_on_create=keep_on_create,
-                                  end_position=str(end) if end is not None else None),
+                                  end_position=str(end) if end is not None else None,
+                                  history=history),
             attempts=settings.attempts, initial_delay_s=settings.initial_delay_s,
-            max_delay_s=settings.max_delay_s, what=f"{settings.target} {name}")
-        log.info("mirror: batch %d: %d changes%s", batch_id, result.rows,
-                 " (already applied)" if result.skipped else "")
+            max_delay_s=settings.max_delay_s, what=f"{settings.target} {name}",
+            labels=(settings.pipeline, "changelog_table" if transform is not None else "mirror"),
+            hint=getattr(settings, "unavailable_hint", None))
+        log.info("mirror: batch %d: %d changes%s (read %.2f s, apply %.2f s)", batch_id,
+                 result.rows, " (already applied)" if result.skipped else "",
+                 collected - started, time.perf_counter() - collected)
     return run

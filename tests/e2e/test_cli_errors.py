@@ -1,0 +1,119 @@
+"""Every failure a user can cause or meet ends in one line (and a hint), a non-zero exit
+code and no traceback; --verbose adds the traceback. Each case is the real CLI in a
+subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mysqlcdc.pipeline.localserver import free_port
+
+from tests.support.mariadb import binlog_position
+
+pytestmark = pytest.mark.e2e
+
+
+def _cli(*args: str, env: dict | None = None, cwd=None, timeout: float = 180):
+    return subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env={**os.environ, "COLUMNS": "100", **(env or {})})
+
+
+def _one_line(done: subprocess.CompletedProcess, code: str, rc: int = 2) -> str:
+    text = done.stdout + done.stderr
+    assert done.returncode == rc, text[-3000:]
+    assert f"[{code}]" in done.stderr, text[-3000:]
+    assert "Traceback" not in text and "py4j" not in text.lower(), text[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error ")]
+    assert len(errors) == 1, done.stderr
+    assert "hint:" in done.stderr
+    return done.stderr
+
+
+def _pipeline(tmp_path: Path, port: int, start: str = "latest", user: str = "root",
+              extra: str = "") -> Path:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: cli\nsource:\n  host: 127.0.0.1\n  port: {port}\n  user: {user}\n"
+                    f"  server_id: 7901\n  start: \"{start}\"\n{extra}"
+                    "spark:\n  checkpoint: ./ck\nsinks:\n  - console: {}\n")
+    return path
+
+
+def test_cli_failures_are_one_line(mariadb, tmp_path):
+    empty = tmp_path / "no-server-here"
+    empty.mkdir()
+    err = _one_line(_cli("demo", "--out", str(tmp_path / "demo"),
+                         env={"MYSQLCDC_SERVER_BIN": str(empty)}), "SERVER_BINARY_MISSING")
+    assert "apt-get install mariadb-server" in err
+
+    unreachable = _pipeline(tmp_path, free_port())
+    _one_line(_cli("run", str(unreachable)), "SERVER_UNREACHABLE")
+    verbose = _cli("--verbose", "run", str(unreachable))
+    assert verbose.returncode == 2 and "Traceback" in verbose.stderr     # asked for
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nsource:\n  host: h\n  user: u\n  server_id: 1\n  strat: latest\n"
+                   "spark: {checkpoint: ./ck}\nsinks: [{console: {}}]\n")
+    assert "bad.yaml:6" in _one_line(_cli("run", str(bad)), "CONFIG_INVALID")
+    _one_line(_cli("run", str(tmp_path / "missing.yaml")), "CONFIG_INVALID")
+    _one_line(_cli("decode", str(tmp_path / "missing.bin")), "CONFIG_INVALID")
+
+    err = _one_line(_cli("serve", "--host", "0.0.0.0", "--config-dir", str(tmp_path / "srv"),
+                         env={"MYSQLCDC_API_TOKEN": ""}), "CONFIG_INVALID")
+    assert "MYSQLCDC_API_TOKEN" in err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        err = _one_line(_cli("serve", "--config-dir", str(tmp_path / "srv"), "--port",
+                             str(taken.getsockname()[1])), "CONFIG_INVALID")
+        assert "cannot listen on" in err
+    _one_line(_cli("status", "--url", f"http://127.0.0.1:{free_port()}"), "SERVE_UNREACHABLE")
+
+    # a seek that jumps back must be confirmed; the CLI says so in one line
+    here = binlog_position(mariadb)
+    offsets = tmp_path / "ck" / "0-console" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "0").write_text("v1\n{}\n" + json.dumps({"file": here.file, "pos": here.pos}))
+    seek_cfg = _pipeline(tmp_path, mariadb.port)
+    err = _one_line(_cli("seek", str(seek_cfg), "earliest"), "SEEK_NOT_CONFIRMED")
+    assert "replay" in err
+    assert not (tmp_path / "ck" / "0-console" / "mysqlcdc-schema" / "seek.json").exists()
+
+
+def test_ctrl_c_while_waiting_for_the_source(tmp_path):
+    """A pipeline with a checkpoint waits through an outage; Ctrl-C then stops it cleanly."""
+    offsets = tmp_path / "ck" / "0-console" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "0").write_text("v1\n{}\n" + json.dumps({"file": "mariadb-bin.000001",
+                                                          "pos": 4}))
+    config = _pipeline(tmp_path, free_port())
+    proc = subprocess.Popen([sys.executable, "-m", "mysqlcdc.cli.main", "run", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)                                   # in the retry loop by now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "unreachable since" in err and "stopped" in err
+    assert "Traceback" not in out + err and "KeyboardInterrupt" not in err
+
+
+def test_a_named_error_from_inside_spark_is_one_line(mariadb, fresh_db, tmp_path):
+    """SCHEMA_BOOTSTRAP_UNSAFE is raised in the Spark source (the driver-side reader):
+    the CLI still prints it alone, with its hint, without Spark's plan or a traceback."""
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY)")
+    before = binlog_position(mariadb)
+    mariadb.sql(f"ALTER TABLE `{fresh_db}`.t ADD COLUMN v INT",
+                f"INSERT INTO `{fresh_db}`.t VALUES (1, 1)")
+    config = _pipeline(tmp_path, mariadb.port, start=str(before),
+                       extra=f"  tables: {{include: [\"{fresh_db}.*\"]}}\n")
+    err = _one_line(_cli("run", "--until-idle", str(config)), "SCHEMA_BOOTSTRAP_UNSAFE")
+    assert "schema_bootstrap" in err and "== Physical Plan ==" not in err

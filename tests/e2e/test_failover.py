@@ -1,0 +1,109 @@
+"""Failover: a pipeline with GTIDs follows its source to another server of the same
+replication topology (primary -> replica with log_slave_updates) and loses nothing,
+repeats nothing; an unrelated server stays SOURCE_CHANGED."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import yaml
+
+from mysqlcdc.api import PipelineService
+from mysqlcdc.config.loader import load_pipeline, load_pipeline_from_dict
+from mysqlcdc.errors import SourceChangedError
+from mysqlcdc.pipeline.runner import run_pipeline
+from mysqlcdc.types import SEQ_EPOCH
+
+from tests.support.mariadb import MariaDB, binlog_position, start_replica, wait_replicated
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def topology():
+    primary = MariaDB(options={"server-id": "11"}).start()
+    replica = None
+    try:
+        replica = start_replica(primary, 12)
+        yield primary, replica
+    finally:
+        for server in (replica, primary):
+            if server is not None:
+                server.stop()
+
+
+def _cfg(server, folder, start: str):
+    return load_pipeline_from_dict(_data(server, folder, start))
+
+
+def _data(server, folder, start: str) -> dict:
+    return {
+        "name": "failover",
+        "source": {"host": server.host, "port": server.port, "user": server.user,
+                   "server_id": 8100, "start": start, "tables": {"include": ["shop.*"]}},
+        "spark": {"checkpoint": str(folder / "ck"), "trigger_interval": "200 milliseconds"},
+        "sinks": [{"changelog": {"path": str(folder / "changelog")}}],
+    }
+
+
+def _write(server, first: int, last: int, update: list[int] = ()) -> None:
+    server.sql(*[f"INSERT INTO shop.item VALUES ({i}, 'v{i}')" for i in range(first, last + 1)],
+               *[f"UPDATE shop.item SET v = 'u{i}-{server.port}' WHERE id = {i}" for i in update])
+
+
+def test_follow_a_failover_by_gtid(spark, topology, mariadb, tmp_path):
+    primary, replica = topology
+    primary.sql("CREATE DATABASE shop", "CREATE TABLE shop.item (id INT PRIMARY KEY, v TEXT)")
+    cfg = _cfg(primary, tmp_path, str(binlog_position(primary)))
+    _write(primary, 1, 20, update=[3, 4])
+    run_pipeline(cfg, until_idle=True, spark=spark)             # captured from the primary
+    _write(primary, 21, 30, update=[5])                          # after the stop: replicated
+    wait_replicated(primary, replica)
+    primary.stop()                                               # the primary is lost
+    replica.sql("STOP SLAVE", "RESET SLAVE ALL")                 # the replica is promoted
+    _write(replica, 31, 40, update=[1, 21, 31])
+
+    # Switched through the service (POST /pipelines/NAME/source): an unrelated server (the
+    # session's) has none of the pipeline's transactions and is refused, file unchanged;
+    # the replica is accepted and the file rewritten.
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    path = folder / "failover.yaml"
+    path.write_text(yaml.safe_dump(_data(primary, tmp_path, str(cfg.source.start))))
+    service = PipelineService(folder, lambda: spark)
+    assert service.load_folder() == ["failover"]
+    with pytest.raises(SourceChangedError, match="has not logged transaction"):
+        service.set_source("failover", mariadb.host, mariadb.port)
+    assert f"port: {primary.port}" in path.read_text()
+    service.set_source("failover", replica.host, replica.port)
+    moved = load_pipeline(path)                                  # the config now names it
+    assert moved.source.port == replica.port
+    run_pipeline(moved, until_idle=True, spark=spark)
+    state = tmp_path / "ck" / "0-changelog" / "mysqlcdc-schema"
+    (done,) = (state / "seek-done").glob("*.json")
+    request = json.loads(done.read_text())
+    assert request["reason"] == "failover" and request["epoch"] == 1
+    assert list(state.glob("schema-history.jsonl.failover-*"))   # the old server's history
+
+    rows = spark.read.parquet(str(tmp_path / "changelog")).orderBy("seq").collect()
+    changes = [(r["op"], json.loads(r["key"])["id"], r["server_id"], int(r["seq"])) for r in rows]
+    expected_ops = ([("c", i) for i in range(1, 21)] + [("u", 3), ("u", 4)]
+                    + [("c", i) for i in range(21, 31)] + [("u", 5)]
+                    + [("c", i) for i in range(31, 41)] + [("u", 1), ("u", 21), ("u", 31)])
+    assert [(op, key) for op, key, _, _ in changes] == expected_ops   # nothing lost or repeated
+    seqs = [seq for *_, seq in changes]
+    assert seqs == sorted(set(seqs))                               # unique, in order
+    assert all(seq < SEQ_EPOCH for *_, seq in changes[:22])        # read from the primary
+    assert all(seq > SEQ_EPOCH for *_, seq in changes[22:])        # from the replica: epoch 1
+    # the state the changelog rebuilds is the replica's table
+    state = {}
+    for r in rows:
+        state[json.loads(r["key"])["id"]] = json.loads(r["after"])["v"]
+    table = dict(replica.sql("SELECT id, v FROM shop.item"))
+    assert state == table
+    # the pipeline now knows the replica as its source: a restart reads on from it
+    _write(replica, 41, 41)
+    run_pipeline(moved, until_idle=True, spark=spark)
+    assert spark.read.parquet(str(tmp_path / "changelog")).count() == len(rows) + 1
