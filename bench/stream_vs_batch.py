@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default="wide,narrow")
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--max-events", type=int, default=50_000)
+    ap.add_argument("--planning", choices=("tasks", "driver"), default="tasks",
+                    help="the stream's planning mode (DESIGN.md decision 4)")
     args = ap.parse_args(argv)
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -64,9 +66,12 @@ def main(argv: list[str] | None = None) -> int:
             return time.perf_counter() - started, -1
 
         def stream(info: dict) -> tuple[float, int]:
-            df = spark.readStream.format("mysqlcdc").options(
-                **opts(info, maxEventsPerBatch=str(args.max_events))).load()
             with tempfile.TemporaryDirectory() as ck:
+                # a schema-history folder, as every pipeline has: the read tasks then
+                # find their batches' ends (planning=driver: the driver walks them)
+                df = spark.readStream.format("mysqlcdc").options(**opts(
+                    info, maxEventsPerBatch=str(args.max_events), planning=args.planning,
+                    schemaHistory=str(Path(ck) / "history"))).load()
                 started = time.perf_counter()
                 q = (df.writeStream.format("noop").option("checkpointLocation", ck)
                      .trigger(availableNow=True).start())

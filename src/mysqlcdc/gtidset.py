@@ -180,6 +180,26 @@ class GtidSet:
             ranges.append((lo, hi))
         return self._mysql(sets)
 
+    def union(self, other: "GtidSet") -> "GtidSet":
+        """This set followed by ``other`` (transactions after these, in binlog order: for
+        MariaDB a domain's position moves to ``other``'s, as ``add`` moves it)."""
+        if other.empty:
+            return self
+        if self.empty:
+            return other
+        if other.flavor != self.flavor:
+            raise ValueError(f"cannot join a {other.flavor} GTID set to a {self.flavor} one")
+        if self.flavor == "mariadb":
+            pos = {d: (s, n) for d, s, n in self.maria}
+            for d, s, n in other.maria:
+                if d not in pos or n >= pos[d][1]:
+                    pos[d] = (s, n)
+            return self._maria(pos)
+        sets = {(u, t): list(r) for u, t, r in self.mysql}
+        for u, t, ranges in other.mysql:
+            sets.setdefault((u, t), []).extend(ranges)
+        return self._mysql(sets)
+
     def issubset(self, other: "GtidSet") -> bool:
         """Is every transaction of this set in ``other``? (The empty set is in any.)"""
         if self.empty:

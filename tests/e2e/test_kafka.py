@@ -57,14 +57,21 @@ def _updates_workload(mariadb, db: str, keys: int, txns: int) -> dict[int, list[
     return history
 
 
+# 3 write tasks after a shuffle by key, batches planned by the driver's walk; one write
+# task (no shuffle), batches cut by the read tasks into slices of a few kB
+@pytest.mark.parametrize("write_tasks,planning", [
+    (3, {"planning": "driver"}), (1, {"minSliceBytes": 2000})])
 def test_per_key_order_over_many_keys_and_partitions(spark, mariadb, kafka, fresh_db,
-                                                     source_options, tmp_path):
+                                                     source_options, tmp_path, write_tasks,
+                                                     planning):
     start = binlog_position(mariadb)
     history = _updates_workload(mariadb, fresh_db, keys=300, txns=150)
     end = binlog_position(mariadb)
     settings = _settings(kafka, fresh_db, partitions=5, transaction_topic="{prefix}.txns")
     _run(spark, source_options, tmp_path, settings, startingPosition=str(start),
-         include=f"{fresh_db}.k", parallelism=2, maxEventsPerBatch=400)
+         include=f"{fresh_db}.k", parallelism=2, maxEventsPerBatch=400,
+         write_tasks=write_tasks, schemaHistory=str(tmp_path / "ck" / "mysqlcdc-schema"),
+         **planning)     # where `mysqlcdc run` keeps it: the commit log finds the batch ends
 
     parts = _messages(kafka, f"{fresh_db}.{fresh_db}.k")
     assert len(parts) == 5 and sum(1 for p in parts.values() if p) == 5

@@ -37,6 +37,19 @@ def test_mysql_intervals_and_tags():
     assert not GtidSet.parse(f"{U1}:1-3").issubset(GtidSet.parse("0-1-5"))
 
 
+def test_union_is_adding_the_later_transactions():
+    maria = GtidSet.parse("0-1-100,1-2-5")
+    later = GtidSet().add_all(["0-3-101", "2-1-7", "0-3-104"])
+    assert str(maria.union(later)) == str(maria.add_all(["0-3-101", "2-1-7", "0-3-104"]))
+    assert str(maria.union(later)) == "0-3-104,1-2-5,2-1-7"
+    mysql = GtidSet.parse(f"{U1}:1-5")
+    grown = [f"{U1}:6", f"{U1}:9", f"{U2}:tag_a:1"]
+    assert str(mysql.union(GtidSet().add_all(grown))) == str(mysql.add_all(grown))
+    assert mysql.union(GtidSet()) is mysql and GtidSet().union(mysql) is mysql
+    with pytest.raises(ValueError):
+        maria.union(mysql)
+
+
 @pytest.mark.parametrize("bad", ["x", "1-2", f"{U1}", f"{U1}:0", f"{U1}:5-3", "0-1-2,uuid:1"])
 def test_bad_sets(bad):
     with pytest.raises(ValueError):

@@ -420,6 +420,7 @@ class PipelineService:
                 except ValueError:
                     end = {}
             if isinstance(end, dict) and "file" in end and query is state.queries[0]:
+                end = _resolved(state.config, end)
                 state.position = f"{end['file']}:{end['pos']}"
                 state.gtid = end.get("gtid", state.gtid)
                 state.last_ts = end.get("ts", state.last_ts)
@@ -499,6 +500,17 @@ class PipelineService:
             return table_timeline(state.config, table)
         except ConfigError:
             return []                       # no history yet
+
+
+def _resolved(cfg, end: dict) -> dict:
+    """A query's end offset as a position: a pending one (its read tasks find where the
+    batch ends) resolved from their record in the first sink's schema history."""
+    from mysqlcdc.capture.batchend import pending, resolved_offset
+    from mysqlcdc.pipeline.runner import schema_history_dir
+
+    if cfg is None or not pending(end):
+        return end
+    return resolved_offset(end, schema_history_dir(cfg, 0))
 
 
 def _as_dict(progress) -> dict:

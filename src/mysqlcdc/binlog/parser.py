@@ -114,6 +114,9 @@ class BinlogParser:
         self.checksum = False
         self.mariadb = False
         self.table_maps: dict[int, TableState] = {}
+        # vet(table map) -> False: do not decode this table's rows (a reader that checks
+        # TABLE_MAPs against a schema history, ``capture.changes.ChangeDecoder``)
+        self.vet: Callable[[E.TableMapEvent], bool] | None = None
         self._spec_cache: dict[tuple, tuple[ColumnSpec, ...]] = {}
         self._tm_cache: dict[bytes, tuple] = {}
         # rows event type -> {post-header, column count and bitmap bytes: what they decode to}
@@ -538,6 +541,8 @@ class BinlogParser:
         event = E.TableMapEvent(header, table_id, schema, table, types, metas, nullable,
                                 tuple(names) if names else None, pk, opt)
         included = self.include(schema, table) if self.include is not None else True
+        if included and self.vet is not None and not self.vet(event):
+            included = False
         specs = self._columns(schema, table, body_key, types, metas, opt) if included else ()
         self.table_maps[table_id] = TableState(event, specs, included)
         return event

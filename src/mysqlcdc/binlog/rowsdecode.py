@@ -17,7 +17,7 @@ from .values.json_diff import JSON_DIFF_TYPE, JsonDiffList, apply_json_diffs
 if TYPE_CHECKING:
     from .parser import BinlogParser
 
-__all__ = ["decode_rows_body", "skim_rows_body", "ROWS_FAST_CODES"]
+__all__ = ["decode_rows_body", "skim_rows_body", "ROWS_FAST_CODES", "ROWS_CODES"]
 
 _KIND = {}
 for _codes, _kind in (
@@ -42,6 +42,7 @@ _FAST = {C.WRITE_ROWS_EVENT_V1: (8, False), C.UPDATE_ROWS_EVENT_V1: (8, True),
          C.DELETE_ROWS_EVENT_V1: (8, False), C.WRITE_ROWS_EVENT: (10, False),
          C.UPDATE_ROWS_EVENT: (10, True), C.DELETE_ROWS_EVENT: (10, False)}
 ROWS_FAST_CODES = tuple(_FAST)
+ROWS_CODES = frozenset(_KIND)       # every rows event type
 _RowsEvent = E.factory(E.RowsEvent)
 
 

@@ -22,7 +22,9 @@ from mysqlcdc.binlog.rowsdecode import ROWS_FAST_CODES
 from mysqlcdc.envelope.builder import EnvelopeBuilder
 from mysqlcdc.envelope.model import OP_ROLLBACK, OP_SCHEMA, OP_TRUNCATE
 from mysqlcdc.errors import ConnectionLostError, SchemaError
-from mysqlcdc.schema.history import SchemaView
+from mysqlcdc.schema.compat import table_map_problem
+from mysqlcdc.schema.ddl import classify
+from mysqlcdc.schema.history import Quarantine, SchemaView
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.types import BinlogPosition, binlog_file_number
@@ -67,6 +69,11 @@ class HistoryLookup:
 
     def __call__(self, db: str, table: str) -> TableDef | None:
         return self.view.definition_at((db, table), self.at)
+
+    def hold(self, q: Quarantine) -> None:
+        """Hold ``q``'s table back from its position on (found by this reader)."""
+        self.view.quarantines.setdefault(q.key, []).append(q)
+        self.held_any = True
 
     def including(self, include: Callable[[str, str], bool] | None) -> Callable[[str, str], bool]:
         memo: dict[tuple[str, str], bool] = {}
@@ -119,6 +126,16 @@ class ChangeDecoder:
         self._key_memo: dict[int, tuple] = {}   # id(TableState) -> (state, key columns)
         self.boundary: tuple[str, int] | None = None
         self.events = 0
+        # A read task that finds its own batch end (capture.batchend) sets these: a DDL
+        # at or after ``known`` (file number, pos) is not in the history the task carries,
+        # so the decoder stops there (``halt`` = its file and pos); with ``check_since``
+        # set, every new TABLE_MAP of an included table is checked against the history
+        # and a table that disagrees is held back from it (``held``), as the driver's
+        # schema keeper would have done before the task ran.
+        self.known: tuple[int, int] | None = None
+        self.check_since: BinlogPosition | None = None
+        self.halt: tuple[str, int] | None = None
+        self.held: list[Quarantine] = []
         self._file = ""
         self._file_number = 0
 
@@ -224,6 +241,10 @@ class ChangeDecoder:
             self.builder.add_event(OP_ROLLBACK, ev.schema, None, None, None, "ROLLBACK",
                                    self.tracker.ctx, file, self._file_number, pos)
             return
+        if self.known is not None and (self._file_number, pos) >= self.known \
+                and classify(ev.query) != "ignore":
+            self.halt = (file, pos)        # the history must apply it first
+            return
         if self.history is not None:
             self._schema_changes(ev, file, pos)
         elif self.ddl is not None:
@@ -242,6 +263,24 @@ class ChangeDecoder:
             if len(self._key_memo) > 10_000:
                 self._key_memo.clear()
             self._key_memo[id(state)] = (state, keys)
+
+    def check_table_maps(self, since: BinlogPosition) -> None:
+        """Check every TABLE_MAP the parser decodes for an included table against the
+        history; a table it cannot decode is held back from there (``held``), the
+        quarantine's rows to be re-read from ``since`` once resolved."""
+        self.check_since = since
+        self.parser.vet = self._vet
+
+    def _vet(self, ev: TableMapEvent) -> bool:
+        why = table_map_problem(ev, self.tables(ev.schema, ev.table))
+        if why is None:
+            return True
+        number, pos, _ = self.history.at
+        q = Quarantine(ev.schema, ev.table, BinlogPosition(number, pos, self._file),
+                       self.check_since, why)
+        self.history.hold(q)
+        self.held.append(q)
+        return False
 
     def _rows(self, ev: RowsEvent, file: str, pos: int, row_index: int) -> int:
         self.tracker.observe(ev, file, pos)   # opens a txn context if needed

@@ -23,7 +23,7 @@ from typing import Callable
 
 from mysqlcdc.binlog.events import Event, QueryEvent, TableMapEvent
 from mysqlcdc.errors import SchemaBootstrapError, SchemaError, TableQuarantinedError
-from mysqlcdc.schema.compat import table_map_mismatch
+from mysqlcdc.schema.compat import table_map_problem
 from mysqlcdc.schema.ddl import Catalog, classify, targets
 from mysqlcdc.schema.history import Change, Quarantine, SchemaHistory
 from mysqlcdc.schema.introspect import load_databases, load_server_settings, load_tables
@@ -268,14 +268,9 @@ class SchemaKeeper:
             self._cross_check(ev, definition, at)
             self._checked[memo] = definition
             return
-        if definition is None:
-            self._quarantine(db, table, at, "the history has no definition of this table here "
-                             "(it was created by a statement the history did not see)", None)
-            return
-        why = table_map_mismatch(ev.column_types, ev.column_metas, definition)
+        why = table_map_problem(ev, definition)
         if why is not None:
-            self._quarantine(db, table, at, f"the TABLE_MAP disagrees with the history: {why}",
-                             None)
+            self._quarantine(db, table, at, why, None)
             return
         self._checked[memo] = definition
 
@@ -290,8 +285,15 @@ class SchemaKeeper:
 
     def _quarantine(self, db: str, table: str, at: BinlogPosition, reason: str,
                     ddl: str | None) -> None:
+        self.quarantined(Quarantine(db, table, at, self._batch_start or at, reason, ddl))
+
+    def quarantined(self, q: Quarantine) -> None:
+        """Hold ``q``'s table back from its position (found here, or by a read task that
+        checked the TABLE_MAPs of its range itself); a table held already stays as it is."""
+        if self.history.is_quarantined(q.db, q.table):
+            return
+        db, table, at, reason, ddl = q.db, q.table, q.pos, q.reason, q.ddl
         self._generation += 1
-        q = Quarantine(db, table, at, self._batch_start or at, reason, ddl)
         self.history.quarantine(q)
         self.catalog.tables.pop((db, table), None)
         err = TableQuarantinedError(f"{db}.{table} is quarantined at {at}: {reason}"

@@ -11,18 +11,23 @@ import json
 import os
 from typing import Callable, Iterable, Iterator, TextIO
 
+import numpy as np
 import pyarrow as pa
 
 from mysqlcdc.binlog.events import Event, QueryEvent
 from mysqlcdc.binlog.file import iter_binlog_file
 from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.binlog.rowsdecode import ROWS_CODES
 from mysqlcdc.capture.changes import ChangeDecoder, FileEvent
+from mysqlcdc.envelope.model import envelope_json_lines
 from mysqlcdc.errors import SchemaError
 from mysqlcdc.schema.ddl import Catalog, classify
 from mysqlcdc.schema.model import TableDef
 
 __all__ = ["iter_file_events", "iter_file_batches", "event_record", "print_events",
-           "FileSchema"]
+           "print_changes", "FileSchema"]
+
+_ROWS_CODES = ROWS_CODES
 
 
 class _DefaultCharsets(dict):
@@ -76,10 +81,24 @@ class FileSchema:
 
 def iter_file_events(paths: Iterable[str]) -> Iterator[FileEvent]:
     """Raw events of local files in order, named by each file's base name."""
-    for path in paths:
+    for name, pos, data, _ in _raw_events(list(paths)):
+        yield FileEvent(name, pos, bytes(data))
+
+
+def _raw_events(paths: list[str], start: int | None = None,
+                stop: int | None = None) -> Iterator[tuple[str, int, bytes, bool]]:
+    """``(file, pos, bytes, in range)`` of every event of local files, in order, as
+    ``mysqlbinlog --start-position/--stop-position`` bound them: events of the first
+    file before ``start`` are out of range (still read: they set up the decoder, e.g. the
+    FORMAT_DESCRIPTION and a transaction's TABLE_MAP), and reading ends at the first event
+    of the last file at or after ``stop``."""
+    last = len(paths) - 1
+    for i, path in enumerate(paths):
         name = os.path.basename(path)
         for pos, data in iter_binlog_file(path):
-            yield FileEvent(name, pos, bytes(data))
+            if i == last and stop is not None and pos >= stop:
+                return
+            yield name, pos, data, start is None or i > 0 or pos >= start
 
 
 def iter_file_batches(
@@ -89,11 +108,15 @@ def iter_file_batches(
     include: Callable[[str, str], bool] | None = None,
     batch_rows: int = 8192,
     columnar: bool = True,
+    start: int | None = None,
+    stop: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Envelope record batches of every row change in local binlog files.
 
     Without ``tables``, definitions come from the DDL in the files (:class:`FileSchema`).
-    ``columnar=False`` takes the reference path (see ``ChangeDecoder``).
+    ``columnar=False`` takes the reference path (see ``ChangeDecoder``). ``start`` and
+    ``stop`` bound the events by position as ``mysqlbinlog`` does (see ``_raw_events``):
+    rows events before ``start`` are passed over, the rest still sets the decoder up.
     """
     follower = None
     if isinstance(tables, dict):
@@ -108,13 +131,41 @@ def iter_file_batches(
     # the loop of ``iter_change_batches`` without an end, on (pos, bytes) pairs: no
     # object per raw event
     feed, builder = decoder.feed_raw, decoder.builder
-    for path in paths:
-        name = os.path.basename(path)
-        for pos, data in iter_binlog_file(path):
+    paths = list(paths)
+    if start is None and stop is None:
+        for path in paths:
+            name = os.path.basename(path)
+            for pos, data in iter_binlog_file(path):
+                if feed(name, pos, data) and len(builder) >= batch_rows:
+                    yield decoder.take()
+    else:
+        for name, pos, data, in_range in _raw_events(paths, start, stop):
+            if not in_range and data[4] in _ROWS_CODES:
+                continue
             if feed(name, pos, data) and len(builder) >= batch_rows:
                 yield decoder.take()
     if len(builder):
         yield decoder.take()
+
+
+def print_changes(paths: list[str], out: TextIO, *,
+                  include: Callable[[str, str], bool] | None = None,
+                  start: int | None = None, stop: int | None = None) -> int:
+    """Write one JSON line per row change, the envelope the pipeline writes
+    (``envelope_json``), decoded column by column; returns the number of lines."""
+    count = 0
+    binary = getattr(out, "buffer", None)
+    for batch in iter_file_batches(paths, include=include, start=start, stop=stop):
+        lines = envelope_json_lines(batch)
+        if binary is not None:          # the lines' bytes as Arrow holds them, in one write
+            out.flush()
+            _, offsets, data = lines.buffers()
+            ends = np.frombuffer(offsets, np.int32)
+            binary.write(memoryview(data)[ends[lines.offset]:ends[lines.offset + len(lines)]])
+        else:
+            out.write("".join(lines.to_pylist()))
+        count += batch.num_rows
+    return count
 
 
 def _jsonable(value):
@@ -137,17 +188,30 @@ def event_record(file: str, pos: int, ev: Event) -> dict:
     return record
 
 
-def print_events(paths: list[str], out: TextIO) -> int:
-    """Write one JSON line per decoded event; returns the number of events."""
-    parser = BinlogParser()
+def print_events(paths: list[str], out: TextIO, *,
+                 include: Callable[[str, str], bool] | None = None,
+                 start: int | None = None, stop: int | None = None) -> int:
+    """Write one JSON line per decoded event (rows decoded one by one, the reference
+    decoder's view); returns the number of events. ``include``: TABLE_MAP and rows events
+    of other tables are left out; ``start``/``stop`` as in ``iter_file_batches``."""
+    parser = BinlogParser(include=include)
     parser.tables = follower = FileSchema(parser)
     count = 0
-    for raw in iter_file_events(paths):
-        parser.file = raw.file
-        for ev in parser.parse(raw.data, raw.pos):
+    for name, pos, data, in_range in _raw_events(paths, start, stop):
+        parser.file = name
+        if not in_range and data[4] in _ROWS_CODES:
+            continue
+        for ev in parser.parse(bytes(data), pos):
             if isinstance(ev, QueryEvent):
                 follower.query(ev)
-            out.write(json.dumps(event_record(raw.file, raw.pos, ev), ensure_ascii=False,
+            if not in_range or (include is not None and _other_table(ev, include)):
+                continue
+            out.write(json.dumps(event_record(name, pos, ev), ensure_ascii=False,
                                  default=str) + "\n")
             count += 1
     return count
+
+
+def _other_table(ev: Event, include: Callable[[str, str], bool]) -> bool:
+    schema, table = getattr(ev, "schema", None), getattr(ev, "table", None)
+    return isinstance(table, str) and isinstance(schema, str) and not include(schema, table)

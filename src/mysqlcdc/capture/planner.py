@@ -12,11 +12,12 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pymysql
 
+from mysqlcdc.capture import batchend
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.history import SchemaKeeper
 from mysqlcdc.binlog import constants as C
@@ -30,9 +31,9 @@ from mysqlcdc.capture.server import (
     source_identity,
 )
 from mysqlcdc.capture.skim import Skimmer
-from mysqlcdc.capture.task import RangeTask
+from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.protocol.connection import connect_sql
-from mysqlcdc.errors import SourceChangedError
+from mysqlcdc.errors import BinlogPurgedError, SourceChangedError
 from mysqlcdc.protocol import retry
 from mysqlcdc.protocol.stream import ReplicationStream
 from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
@@ -50,6 +51,9 @@ _PROGRESS_AFTER_S = 5.0
 _PROGRESS_EVERY_S = 5.0
 _FILES_KEPT = 50                  # binlog files whose birth time source.json remembers
 _FDE = C.FORMAT_DESCRIPTION_EVENT
+# after a read task stopped at a DDL, the driver applies it by walking this many events
+# from there (a run of DDL, as a migration writes, then costs one batch, not one each)
+_LOOKAHEAD_EVENTS = 2000
 
 
 @dataclass
@@ -80,6 +84,12 @@ class RangePlanner:
         self._status_file = None if folder is None else Path(folder) / "source-status.json"
         if self._status_file is not None:
             retry.STATS.listen(self._write_status)
+        # batches whose end the read tasks find (capture.batchend): needs a folder both
+        # the driver and the executors write, the schema history's
+        self.task_ends = folder is not None and getattr(options, "planning", "tasks") == "tasks"
+        self._found: dict[str, batchend.Found] = {}           # pending offset -> its end
+        self._known: dict[BinlogPosition, BinlogPosition] = {}  # batch start -> DDL known up to
+        self._event_bytes = 200.0                                # bytes per event, as last read
 
     # -- server facts -------------------------------------------------------
     def _sql(self):
@@ -169,6 +179,16 @@ class RangePlanner:
             self._save_record()
         self._seen_file = (file, born)
 
+    def check_not_purged(self, start: BinlogPosition) -> None:
+        """BINLOG_PURGED when ``start``'s file is gone and older than the oldest one left:
+        ``snapshot.mode when_needed`` snapshots again instead of letting the read tasks,
+        which find batch ends themselves, fail on it. One SHOW BINARY LOGS."""
+        logs = list_binlogs(self._sql())
+        if logs and start.file not in dict(logs) \
+                and start.file_number < BinlogPosition.of(logs[0][0], 4).file_number:
+            raise BinlogPurgedError(f"binlog file {start.file} was purged; the oldest still on "
+                                    f"{self.options.settings.address} is {logs[0][0]}")
+
     def _check_start(self, start: BinlogPosition, now: BinlogPosition) -> None:
         """The server's binlog must still hold ``start``: checked after each reconnect and
         whenever the server's end lies before it (never a silent wait at a dead position)."""
@@ -233,12 +253,7 @@ class RangePlanner:
     def tasks(self, start: BinlogPosition, end: BinlogPosition) -> list[RangeTask]:
         if end <= start:
             return []
-        self._ensure_history(start)
-        self.history.reload()              # a `mysqlcdc schema resolve` may have written
-        self.keeper.changed()
-        for r in list(self.history.unplanned()):
-            self.history.mark_planned(r, start)
-            self.keeper.resolved(r.db, r.table, r.definition if r.action == "reload" else None)
+        self._batch_history(start)
         self._process(start, end)
         ranges = [(start, end)]
         if self.options.parallelism > 1:
@@ -251,6 +266,131 @@ class RangePlanner:
         for q, _ in self.history.catchups(start):
             tasks.append(self._catchup(len(tasks), q, start))
         return tasks
+
+    def _batch_history(self, start: BinlogPosition) -> None:
+        """The history as the batch from ``start`` sees it: reloaded (a ``mysqlcdc
+        schema resolve`` may have written), its new resolutions in force from here."""
+        self._ensure_history(start)
+        self.history.reload()
+        self.keeper.changed()
+        for r in list(self.history.unplanned()):
+            self.history.mark_planned(r, start)
+            self.keeper.resolved(r.db, r.table, r.definition if r.action == "reload" else None)
+
+    # -- batches whose end the read tasks find (capture.batchend) ------------------
+    def position_of(self, offset: dict) -> BinlogPosition:
+        """The binlog position an offset stands for. A pending end (``upto``) is
+        resolved from what its read task recorded, merged into the schema history
+        once; when the record is missing, the range is read here to find it."""
+        if not batchend.pending(offset):
+            return BinlogPosition.of(offset["file"], int(offset["pos"]))
+        return self.found_of(offset).end
+
+    def found_of(self, offset: dict) -> batchend.Found:
+        """What the read tasks of the pending end ``offset`` found (see ``position_of``)."""
+        key = batchend.spec_key(offset)
+        found = self._found.get(key)
+        if found is not None:
+            return found
+        start = BinlogPosition.of(offset["file"], int(offset["pos"]))
+        self._ensure_history(start)
+        found = batchend.read_batch(self.options.schema_history, offset)
+        if found is None:
+            found = self._read_here(start, offset)
+        self._merge(found)
+        self._found[key] = found
+        while len(self._found) > 16:           # Spark asks about the last batch or two
+            del self._found[next(iter(self._found))]
+        return found
+
+    def plan_end(self, start: dict, max_events: int | None,
+                 target: BinlogPosition | None = None) -> dict:
+        """The end offset of the next micro-batch from ``start`` (``start`` itself when
+        there is nothing new): a rule the read task resolves, or with ``task_ends``
+        off, a boundary the driver found (``next_end``)."""
+        if not self.task_ends:
+            return _plain(self.next_end(self.position_of(start), max_events, target))
+        a = self.position_of(start)
+        self._ensure_history(a)
+        now = current_position(self._sql())
+        self._check_start(a, now)
+        cap = now if target is None or now < target else target
+        if cap <= a:
+            return start
+        known = self._known.get(a)
+        trust = self.keeper.trust_until
+        if trust is not None:
+            until = self._trust_position(trust)
+            known = until if known is None or until > known else known
+        return batchend.end_offset(a, cap, max_events, known, self._cuts(a, cap, max_events))
+
+    def _cuts(self, start: BinlogPosition, cap: BinlogPosition,
+              max_events: int | None) -> list[BinlogPosition]:
+        """Where the slices of a batch begin, for ``parallelism`` read tasks: its expected
+        bytes (events x the bytes per event of the batches so far) cut evenly."""
+        parts = self.options.parallelism
+        if parts <= 1:
+            return []
+        logs = list_binlogs(self._sql())
+        end = cap
+        if max_events:
+            end = _advance(logs, start, int(max_events * self._event_bytes))
+            end = cap if end is None or end > cap else end
+        return batchend.slice_cuts(start, end, parts, logs, self.options.min_slice_bytes)
+
+    def plan_tasks(self, start: dict, end: dict) -> list[RangeTask]:
+        """The read tasks of the batch ``[start, end)``."""
+        if not batchend.pending(end):
+            return self.tasks(self.position_of(start), self.position_of(end))
+        a = BinlogPosition.of(end["file"], int(end["pos"]))     # where its rule counts from
+        self._batch_history(a)
+        view = self.history.view(self.options.tables, batch_start=a)
+        rules = batchend.task_rules(end, self.options.schema_history, self._births())
+        tasks = [replace(self._task(i, a, rule.cap, view), rule=rule)
+                 for i, rule in enumerate(rules)]
+        for q, _ in self.history.catchups(a):
+            tasks.append(self._catchup(len(tasks), q, a))
+        return tasks
+
+    def _births(self) -> dict[str, int]:
+        return dict(self._load_record().get("files", {}))
+
+    def _read_here(self, start: BinlogPosition, offset: dict) -> batchend.Found:
+        """The fallback: read the pending batch's range on the driver, with the task
+        its read task had, to find what it found (the rows are not kept)."""
+        log.warning("no record of where the batch from %s ended (is %s a folder the Spark "
+                    "executors share?); reading the range on the driver to find it", start,
+                    self.options.schema_history)
+        view = self.history.view(self.options.tables, batch_start=start)
+        whole = {**offset, "upto": {k: v for k, v in offset["upto"].items() if k != "cuts"}}
+        [rule] = batchend.task_rules(whole, None, self._births())
+        task = replace(self._task(0, start, rule.cap, view), rule=rule)
+        found: list = []
+        for _ in read_range(task, found):
+            pass
+        return found[0]
+
+    def _merge(self, found: batchend.Found) -> None:
+        """Bring the schema history past a batch its read task read: the binlog files
+        it saw, the tables it held back, and when it stopped at a DDL, that DDL (and any
+        right after it) applied by walking a short stretch from there."""
+        for file, born in found.births.items():
+            self._check_file(file, born)
+        if found.events:
+            self._event_bytes = max(19.0, found.bytes / found.events)
+        for q in found.held:
+            self.keeper.quarantined(q)
+        if found.reason == "ddl":
+            now = current_position(self._sql())
+            if found.end < now:
+                scan = self.scan(found.end, now, _LOOKAHEAD_EVENTS)
+                self._known[found.end] = scan.end
+
+    def _trust_position(self, trust: tuple[int, int]) -> BinlogPosition:
+        for c in self.history.changes.get(("", ""), []):
+            if c.kind == "trust" and (c.pos.file_number, c.pos.pos) == trust:
+                return c.pos
+        raise AssertionError("the trusted position is recorded in the history")
 
     def _task(self, index: int, start: BinlogPosition, end: BinlogPosition,
               view: SchemaView, tables: TableFilter | None = None) -> RangeTask:
@@ -378,6 +518,26 @@ class RangePlanner:
         self.drop_connection()
         if self._status_file is not None:
             retry.STATS.unlisten(self._write_status)
+
+
+def _advance(logs: list[tuple[str, int]], start: BinlogPosition,
+             nbytes: int) -> BinlogPosition | None:
+    """The position ``nbytes`` of binlog after ``start`` by the server's file list (None
+    past its end)."""
+    left = nbytes
+    for name, size in logs:
+        number = BinlogPosition.of(name, 4).file_number
+        if number < start.file_number:
+            continue
+        lo = start.pos if number == start.file_number else 4
+        if lo + left <= size:
+            return BinlogPosition(number, lo + left, name)
+        left -= max(size - lo, 0)
+    return None
+
+
+def _plain(position: BinlogPosition) -> dict:
+    return {"file": position.file, "pos": position.pos}   # stable key order
 
 
 def split(scan: Scan, parts: int) -> list[tuple[BinlogPosition, BinlogPosition]]:

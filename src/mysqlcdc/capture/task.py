@@ -15,6 +15,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.capture.batchend import EndRule, Found, iter_until, write_found
 from mysqlcdc.capture.changes import ChangeDecoder, HistoryLookup, iter_change_batches
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.signals import SignalTap
@@ -45,6 +46,8 @@ class RangeTask:
     status_path: str | None = None
     # hands the signal table's inserted rows to the driver (capture.signals)
     signals: SignalTap | None = None
+    # set: the task finds where its batch ends (``capture.batchend``); ``end`` is the cap
+    rule: "EndRule | None" = None
 
 
 def task_view(task: RangeTask) -> SchemaView:
@@ -56,21 +59,35 @@ def task_view(task: RangeTask) -> SchemaView:
     return SchemaView(versions=versions, batch_start=task.start)
 
 
-def read_range(task: RangeTask) -> Iterator[pa.RecordBatch]:
-    """Decode ``[task.start, task.end)`` into envelope record batches."""
+def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.RecordBatch]:
+    """Decode ``[task.start, task.end)`` into envelope record batches. With a ``rule``
+    the task finds its end itself; what it found is written to the rule's record and
+    appended to ``found``."""
     view = task_view(task)
     lookup = HistoryLookup(view)
     parser = BinlogParser(tables=lookup, include=task.tables, file=task.start.file)
     decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query,
                             emit_rollbacks=task.emit_rollbacks)
     stream = ReplicationStream(task.settings, server_id=task.server_id, start=task.start,
-                               reconnect=task.retry)
+                               reconnect=task.retry,
+                               stop_at=None if task.rule is None else task.rule.cap)
     report = None if task.status_path is None else _status_writer(task.status_path)
     if report is not None:
         STATS.listen(report)
     try:
-        batches = iter_change_batches(stream, decoder, end=task.end, batch_rows=task.batch_rows)
-        yield from (batches if task.signals is None else task.signals.tap(batches))
+        if task.rule is None:
+            batches = iter_change_batches(stream, decoder, end=task.end,
+                                          batch_rows=task.batch_rows)
+            yield from (batches if task.signals is None else task.signals.tap(batches))
+        else:
+            out: list[Found] = []
+            batches = iter_until(stream, decoder, task.start, task.rule,
+                                 batch_rows=task.batch_rows, out=out)
+            yield from (batches if task.signals is None else task.signals.tap(batches))
+            if task.rule.record is not None:
+                write_found(task.rule.record, out[0])
+            if found is not None:
+                found.extend(out)
     finally:
         stream.close()
         if report is not None:

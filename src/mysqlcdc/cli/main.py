@@ -254,10 +254,25 @@ def _changes_table(rows: list[dict]) -> Table:
 
 
 @app.command()
-def decode(files: list[Path] = typer.Argument(..., help="Local binlog files, in order.")) -> None:
-    """Decode local binlog files offline: one JSON line per event."""
-    from mysqlcdc.capture.offline import print_events
-
+def decode(
+    files: list[Path] = typer.Argument(..., help="Local binlog files, in order."),
+    changes: bool = typer.Option(
+        False, "--changes", help="One JSON line per row change, the envelope the pipeline "
+        "writes (op, before, after, key, seq, db, table, file, pos, gtid ...), decoded column "
+        "by column; without it, one JSON line per event."),
+    table: list[str] = typer.Option(
+        [], "--table", metavar="DB.TABLE", help="Only this table's changes (repeatable; globs "
+        "as in tables.include)."),
+    start_position: int = typer.Option(
+        None, "--start-position", min=4, help="Start at the first event of the first file at "
+        "or after this position (as mysqlbinlog)."),
+    stop_position: int = typer.Option(
+        None, "--stop-position", min=4, help="Stop at the first event of the last file at or "
+        "after this position (as mysqlbinlog)."),
+) -> None:
+    """Decode local binlog files offline: one JSON line per event, or per row change."""
+    from mysqlcdc.capture.filters import TableFilter
+    from mysqlcdc.capture.offline import print_changes, print_events
     from mysqlcdc.errors import ConfigError
 
     try:
@@ -265,7 +280,14 @@ def decode(files: list[Path] = typer.Argument(..., help="Local binlog files, in 
         if missing:
             raise ConfigError(f"no such binlog file: {', '.join(missing)}",
                               hint="Name binlog files that exist, in order.")
-        print_events([str(f) for f in files], sys.stdout)
+        include = TableFilter.parse(",".join(table), None) if table else None
+        write = print_changes if changes else print_events
+        out = sys.stdout
+        write([str(f) for f in files], out, include=include, start=start_position,
+              stop=stop_position)
+        out.flush()
+    except BrokenPipeError:          # `| head`: the reader has all it wanted
+        sys.stderr.close()
     except MysqlcdcError as err:
         _fail(err)
 

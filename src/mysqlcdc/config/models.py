@@ -636,11 +636,18 @@ class KafkaSinkConfig(_SinkModel):
         "(a broker outage longer than attempts x timeout stops the pipeline; running it "
         "again replays the batch).",
     )
+    sort_memory_mb: int = Field(
+        128,
+        ge=1,
+        description="Memory (MB) each write task orders its rows by `seq` in; a larger "
+        "micro-batch (one big transaction is one) is sorted in runs spilled to local disk.",
+    )
     write_tasks: int | None = Field(
         None,
         ge=1,
         description="Spark tasks that produce each batch (rows are spread by key). Null: "
-        "`spark.sql.shuffle.partitions`.",
+        "`spark.sql.shuffle.partitions`. 1: no shuffle at all (the read tasks' rows go to "
+        "the one producer task as they are; the low-latency setting).",
     )
     producer_config: dict[str, SparkConfValue] = Field(
         default_factory=dict,

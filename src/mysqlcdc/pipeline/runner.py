@@ -19,7 +19,7 @@ from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, Kafk
 from mysqlcdc.errors import (BinlogPurgedError, ConfigError, MysqlcdcError, ServerIdInUseError,
                              ServerUnreachableError, from_text)
 from mysqlcdc.protocol.connection import ConnectionSettings
-from mysqlcdc.spark.checkpoint import latest_offset, local_dir
+from mysqlcdc.spark.checkpoint import HISTORY_DIR, latest_offset, local_dir
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
@@ -112,7 +112,7 @@ def schema_history_dir(cfg: PipelineConfig, index: int) -> str | None:
     """Where sink ``index``'s query keeps its schema history: beside Spark's checkpoint
     files, so the two go (and are deleted) together. None for a remote checkpoint."""
     local = local_dir(sink_checkpoint(cfg, index))
-    return None if local is None else str(Path(local).resolve() / "mysqlcdc-schema")
+    return None if local is None else str(Path(local).resolve() / HISTORY_DIR)
 
 
 def checkpoint_position(checkpoint: str) -> BinlogPosition | None:

@@ -54,6 +54,7 @@ LOG_EVENT_ARTIFICIAL_F = 0x20
 HEADER_SIZE = 19
 _EVENT_HEADER = struct.Struct("<IBIIIH").unpack_from  # timestamp, type, server_id, size, log_pos, flags
 _POSITION_EVENTS = frozenset((ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, HEARTBEAT_LOG_EVENT))
+_NO_STOP = 1 << 64
 COM_BINLOG_DUMP = 0x12
 COM_REGISTER_SLAVE = 0x15
 MARIADB_SLAVE_CAPABILITY_GTID = 4  # GTID events and annotate-rows events, not rewritten
@@ -121,6 +122,7 @@ class ReplicationStream:
         self._channel: PacketChannel | None = None
         self._streamed = False
         self._closed = False
+        self.passed = 0                 # events ``passing`` passed over
 
     @property
     def position(self) -> BinlogPosition:
@@ -179,6 +181,61 @@ class ReplicationStream:
                         return
             except MysqlcdcError:
                 rest = iter(())   # terminal: nothing of this connection is handed out later
+                self._drop()
+                raise
+            finally:
+                self._carry = list(rest)
+
+    def passing(self, wanted: frozenset[int]) -> Iterator[RawEvent]:
+        """Iterate as ``iter(stream)`` does, but hand out only the events whose type is
+        in ``wanted`` and those that move the stream otherwise (artificial ones, ROTATE,
+        FORMAT_DESCRIPTION); every other event is passed over without an object and
+        counted in ``passed``. For a reader that looks at few events of many (a slice
+        task before its slice). Stopping and reconnecting work as in ``__iter__``."""
+        outage = None if self.reconnect is None else Outage(
+            self.reconnect, self.settings.address, "source")
+        while not self._closed and not self._reached_stop():
+            batch, self._carry = self._carry, []
+            if not batch:
+                try:
+                    batch = self._read_batch()
+                except Exception as exc:
+                    self._drop()
+                    if not is_transient(exc):
+                        raise
+                    self._wait_or_give_up(outage, exc)
+                    continue
+                if outage is not None and outage.active:
+                    outage.recovered()
+            stop = self.stop_at
+            limit = _NO_STOP if stop is None else \
+                (stop.pos if stop.file_number == self._file_number else
+                 _NO_STOP if stop.file_number > self._file_number else 0)
+            rest = iter(batch)
+            try:
+                for data in rest:
+                    if len(data) < HEADER_SIZE:
+                        raise ProtocolError(
+                            f"event of {len(data)} bytes at {self.position} is shorter than a header")
+                    _ts, kind, _sid, size, log_pos, flags = _EVENT_HEADER(data)
+                    if (log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and size == len(data)
+                            and kind not in _POSITION_EVENTS):
+                        self._pos = log_pos
+                        if kind in wanted:
+                            yield RawEvent(self._file, log_pos - size, data, False)
+                        else:
+                            self.passed += 1
+                        if log_pos >= limit or self._closed:
+                            return
+                        continue
+                    yield self._advance(data)
+                    if self._closed or self._reached_stop():
+                        return
+                    limit = _NO_STOP if stop is None else \
+                        (stop.pos if stop.file_number == self._file_number else
+                         _NO_STOP if stop.file_number > self._file_number else 0)
+            except MysqlcdcError:
+                rest = iter(())
                 self._drop()
                 raise
             finally:

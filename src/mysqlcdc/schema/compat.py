@@ -12,7 +12,7 @@ from mysqlcdc.binlog import constants as C
 from mysqlcdc.binlog.columns import real_type
 from mysqlcdc.schema.model import TableDef
 
-__all__ = ["table_map_mismatch"]
+__all__ = ["table_map_mismatch", "table_map_problem"]
 
 _STRINGS = {C.MYSQL_TYPE_STRING, C.MYSQL_TYPE_VAR_STRING, C.MYSQL_TYPE_VARCHAR}
 _BLOBS = {C.MYSQL_TYPE_BLOB, C.MYSQL_TYPE_TINY_BLOB, C.MYSQL_TYPE_MEDIUM_BLOB,
@@ -66,3 +66,18 @@ def table_map_mismatch(column_types: bytes, column_metas: tuple[int, ...],
             return (f"column {i + 1} ({col.name}) is {col.column_type or col.data_type} in the "
                     f"history but has binlog type {real}")
     return None
+
+
+def table_map_problem(event, definition: TableDef | None) -> str | None:
+    """Why the rows after the TABLE_MAP ``event`` cannot be decoded with ``definition``
+    (the history's version of its table there), or None when they can. A TABLE_MAP
+    that names its columns (``binlog_row_metadata=FULL``) decodes by its own metadata
+    and is never a problem. The one check of the driver's schema keeper and of read
+    tasks that check their own range."""
+    if event.column_names is not None:
+        return None
+    if definition is None:
+        return ("the history has no definition of this table here (it was created by a "
+                "statement the history did not see)")
+    why = table_map_mismatch(event.column_types, event.column_metas, definition)
+    return None if why is None else f"the TABLE_MAP disagrees with the history: {why}"

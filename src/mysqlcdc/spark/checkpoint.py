@@ -2,7 +2,8 @@
 
 Spark writes the planned offsets of batch N to ``<checkpoint>/offsets/N``: a
 version line, a metadata line, then one JSON line per source. Ours is the line
-with ``file`` and ``pos``.
+with ``file`` and ``pos``. An end offset a read task resolves (``upto``,
+``capture.batchend``) stands for the end its task recorded.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mysqlcdc.capture.batchend import resolved_offset
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["local_dir", "batch_offset", "latest_offset", "offset_data", "planned_batches",
-           "committed_batches", "query_id"]
+__all__ = ["HISTORY_DIR", "local_dir", "batch_offset", "latest_offset", "offset_data",
+           "planned_batches", "committed_batches", "query_id"]
+
+HISTORY_DIR = "mysqlcdc-schema"     # the schema history's folder inside a sink's checkpoint
 
 
 def local_dir(checkpoint: str) -> Path | None:
@@ -24,7 +28,8 @@ def local_dir(checkpoint: str) -> Path | None:
 
 
 def offset_data(checkpoint: Path, batch_id: int) -> dict | None:
-    """Our source's end offset of ``batch_id`` as stored (``file``, ``pos``, ``gtid``...)."""
+    """Our source's end offset of ``batch_id`` (``file``, ``pos``, ``gtid``...), a pending
+    one (``upto``) resolved from its read tasks' record (its start while that is missing)."""
     path = checkpoint / "offsets" / str(batch_id)
     if not path.is_file():
         return None
@@ -34,7 +39,8 @@ def offset_data(checkpoint: Path, batch_id: int) -> dict | None:
         except ValueError:
             continue
         if isinstance(data, dict) and {"file", "pos"} <= data.keys():
-            return data
+            # an end its read task resolved: its record lies in the schema history
+            return resolved_offset(data, checkpoint / HISTORY_DIR)
     return None
 
 

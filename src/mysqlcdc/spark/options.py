@@ -42,6 +42,12 @@ Options (case-insensitive, as Spark passes them)::
     transformsFile                   a pickled ``transforms.chain.Chain`` (no ordered
                                      transform) that the read tasks apply to what they read;
                                      written by ``mysqlcdc.spark.transforms``
+    planning                         tasks (default): streaming read tasks find where their
+                                     micro-batch ends (needs schemaHistory, a folder the
+                                     executors share); driver: the driver walks each
+                                     batch's range first, as before issue 12
+    minSliceBytes                    with parallelism > 1, the least binlog bytes worth a
+                                     read task of its own (default 1 MiB)
 """
 
 from __future__ import annotations
@@ -136,6 +142,8 @@ class SourceOptions:
     pipeline: str | None = None
     emit_rollbacks: bool = False
     transforms_file: str | None = None
+    planning: str = "tasks"
+    min_slice_bytes: int = 1 << 20
 
     def chunk_key(self, name: str) -> tuple[str, ...] | None:
         """The user's chunk key of ``db.table``, if any."""
@@ -194,6 +202,8 @@ class SourceOptions:
             pipeline=_get(options, "pipelineName"),
             emit_rollbacks=_choice(options, "emitRollbacks", ("false", "true")) == "true",
             transforms_file=_get(options, "transformsFile"),
+            planning=_choice(options, "planning", ("tasks", "driver")),
+            min_slice_bytes=_int(options, "minSliceBytes", 1 << 20),
         )
 
 

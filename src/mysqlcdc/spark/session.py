@@ -16,6 +16,9 @@ DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "1g",
     "spark.sql.streaming.stopTimeout": "30s",
+    # a partitioned file sink (the changelog) writes each partition's file as rows come
+    # instead of sorting the whole task's rows by partition first (memory, CPU)
+    "spark.sql.maxConcurrentOutputFileWriters": "64",
 }
 
 

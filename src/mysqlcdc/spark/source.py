@@ -1,9 +1,13 @@
 """``spark.readStream.format("mysqlcdc")`` and ``spark.read.format("mysqlcdc")``.
 
 The only place that speaks PySpark's Python Data Source API. Offsets are
-``{"file": ..., "pos": ...}`` at transaction boundaries. The driver-side
-reader plans ranges; read tasks open their own replication connection and
-decode ``[start, end)``, which re-reads to exactly the same rows on replay.
+``{"file": ..., "pos": ...}`` at transaction boundaries, with the GTID set and
+commit time there (``gtid``, ``ts``) and the failover ``epoch``. A streaming
+batch's end offset is a rule (``upto``) its read tasks resolve to a boundary
+(``capture.batchend``): they find where the batch ends and record it, and the
+driver plans the next batch from that record. Read tasks open their own
+replication connection and decode ``[start, end)``, which re-reads to exactly the
+same rows on replay.
 
 >>> from mysqlcdc.spark import register                      # doctest: +SKIP
 >>> register(spark)                                          # doctest: +SKIP
@@ -33,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from mysqlcdc.capture import batchend
 from mysqlcdc.capture.backfill import SnapshotPhase
 from mysqlcdc.capture.control import SeekRequest, StreamControl
 from mysqlcdc.capture.planner import RangePlanner
@@ -187,16 +192,51 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if held is not None:
             return held
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        begin = _position(start)
-        self._note_next_file(begin)
         try:
-            end = self._through_outages(lambda p: p.next_end(begin, max_events, self._target))
+            here = self._through_outages(lambda p: self._stands_for(p, start))
+            begin = _position(here)
+            self._note_next_file(begin)
+            if self.options.snapshot_mode == "when_needed":
+                self._through_outages(lambda p: p.check_not_purged(begin))
+            if self.planner.task_ends:
+                # the read tasks find where the batch ends (capture.batchend): the end offset
+                # is a rule, carrying the GTID set and commit time of its start
+                end = self._through_outages(
+                    lambda p: p.plan_end(start, max_events, self._target))
+                moved = start if end is start or end == start else self._through_outages(
+                    lambda p: self._pending_end(p, end, here, begin))
+            else:
+                end = self._through_outages(
+                    lambda p: p.next_end(begin, max_events, self._target))
+                moved = start if end == begin else self._through_outages(
+                    lambda p: self._end_offset(p, here, begin, end))
         except BinlogPurgedError as exc:      # snapshotMode when_needed: a new snapshot
             return self._through_outages(lambda p, purged=exc: self._snapshot.purged(start, purged))
-        moved = start if end == begin else self._through_outages(
-            lambda p: self._end_offset(p, start, begin, end))
         # backfills asked for by signals, read beside the stream
-        return self._through_outages(lambda p: self._snapshot.after_stream(start, moved))
+        out = self._through_outages(lambda p: self._snapshot.after_stream(start, moved))
+        if moved is start and out != start and batchend.pending(start):
+            # backfill chunks only: the binlog stays where the last batch's tasks ended
+            out = {**{k: v for k, v in here.items() if k != "snapshot"},
+                   "snapshot": out["snapshot"]}
+        return out
+
+    def _stands_for(self, p: RangePlanner, offset: dict) -> dict:
+        """The plain offset ``offset`` stands for: a pending end resolved to where its read
+        tasks ended, its GTID set grown by the transactions they read."""
+        if not batchend.pending(offset):
+            return offset
+        return batchend.offset_after(offset, p.found_of(offset))
+
+    def _pending_end(self, p: RangePlanner, end: dict, here: dict,
+                     begin: BinlogPosition) -> dict:
+        """``end`` (a rule from ``begin``) with the GTID set, commit time and epoch there."""
+        gtid = here.get("gtid")
+        if gtid is None:                       # a checkpoint from before offsets had GTIDs
+            gtid = str(self._finder(p).gtid_at(begin))
+        out = {k: v for k, v in end.items() if k not in ("gtid", "ts", "epoch")}
+        state = _offset(begin, gtid, here.get("ts"), int(here.get("epoch", 0)))
+        out.update((k, v) for k, v in state.items() if k not in ("file", "pos"))
+        return out
 
     def _end_offset(self, p: RangePlanner, start: dict, begin: BinlogPosition,
                     end: BinlogPosition) -> dict:
@@ -236,10 +276,12 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _seek_batch(self, start: dict, seek: SeekRequest) -> dict:
         """A micro-batch that reads nothing and ends at the seek's position. A seek
         forward on the same server walks the skipped range's DDL into the history first."""
-        begin = _position(start)
-        if seek.history == "keep" and int(start.get("epoch", 0)) == seek.epoch \
-                and begin < seek.position:
-            self._through_outages(lambda p: p.walk_ddl(begin, seek.position))
+        if seek.history == "keep" and int(start.get("epoch", 0)) == seek.epoch:
+            # the same server and history: where the last batch really ended (a pending end
+            # is resolved, and its record merged, only here, never across a failover)
+            begin = self._through_outages(lambda p: _position(self._stands_for(p, start)))
+            if begin < seek.position:
+                self._through_outages(lambda p: p.walk_ddl(begin, seek.position))
         return seek.offset()
 
     def reportLatestOffset(self) -> dict | None:
@@ -254,7 +296,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not self._snapshot.streams(end):
             return chunks                       # a new snapshot: the range was purged
         try:
-            tasks = self._through_outages(lambda p: p.tasks(_position(start), _position(end)))
+            tasks = self._through_outages(lambda p: p.plan_tasks(start, end))
         except BinlogPurgedError:
             if self.options.snapshot_mode != "when_needed":
                 raise

@@ -30,7 +30,8 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
 
     Rows are spread over ``write_tasks`` tasks by ``db``, ``table`` and ``key`` (default
     ``spark.sql.shuffle.partitions``), so every change of a key is published by one task,
-    which sorts its rows by ``seq``. ``available_now``: publish what is there, then stop.
+    which orders its rows by ``seq`` in bounded memory (``settings.sort_memory_mb``; a larger
+    micro-batch spills to local disk). ``available_now``: publish what is there, then stop.
     The ``debezium`` format reads table definitions from ``settings.history_dir``, the
     folder given to the source as its ``schemaHistory`` option.
     """
@@ -40,8 +41,12 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
         from mysqlcdc.sinks.kafka.txnorder import with_transaction_orders
 
         df = with_transaction_orders(df)     # before the shuffle: partitions hold whole txns
+    # one write task needs no shuffle: the read tasks' rows go to it as they are (one
+    # Spark stage per batch instead of two, the low-latency setting's choice; the
+    # transaction orders above are still numbered per read partition)
+    spread = df.coalesce(1) if tasks == 1 else df.repartition(tasks, "db", "table", "key")
     writer = (
-        df.repartition(tasks, "db", "table", "key").writeStream.format(FORMAT)
+        spread.writeStream.format(FORMAT)
         .options(**settings.to_options())
         .option("checkpointLocation", checkpoint)
     )

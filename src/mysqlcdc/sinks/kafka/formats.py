@@ -21,9 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import orjson
-from orjson import Fragment
-
+from mysqlcdc.envelope.model import envelope_json
 from mysqlcdc.sinks.kafka.txnorder import counted
 
 __all__ = ["encode_key", "mysqlcdc_value", "headers", "TxnTally", "tally_transactions",
@@ -39,19 +37,10 @@ def encode_key(row: Row) -> bytes | None:
     return None if key is None else key.encode()
 
 
-def _raw(text: str | None) -> Fragment | None:
-    """Already-JSON text, embedded as is."""
-    return None if text is None else Fragment(text)
-
-
 def mysqlcdc_value(row: Row) -> bytes:
-    """The envelope as JSON, fields in envelope order (one ``orjson`` call)."""
-    return orjson.dumps({
-        "op": row["op"], "db": row["db"], "table": row["table"], "before": _raw(row["before"]),
-        "after": _raw(row["after"]), "key": _raw(row["key"]), "ts_ms": row["ts_ms"],
-        "server_id": row["server_id"], "gtid": row["gtid"], "txn_id": row["txn_id"],
-        "file": row["file"], "pos": row["pos"], "row": row["row"], "seq": str(row["seq"]),
-        "query": row.get("query"), "moved_key": _raw(row.get("moved_key"))})
+    """The envelope as JSON, fields in envelope order (``envelope.model.envelope_json``:
+    one ``orjson`` call, the text ``mysqlcdc decode --changes`` prints)."""
+    return envelope_json(row)
 
 
 def headers(row: Row, moved: bytes | None = None) -> list[tuple[str, bytes]]:

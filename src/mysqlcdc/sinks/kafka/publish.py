@@ -1,9 +1,10 @@
 """Publishing one write task's rows, and one batch's commit records. No pyspark here.
 
-Order: a task's rows are sorted by ``seq`` and produced in that order by one
-idempotent producer (ordering per partition is kept through retries), and the
-stream is spread over tasks by key, so every change of a key is in one task. The
-default partitioner hashes the key, so a key always lands in one partition.
+Order: a task's rows arrive sorted by ``seq`` and are produced in that order by one
+idempotent producer, a record batch at a time, each acknowledged before the next
+(ordering per partition is kept through retries), and the stream is spread over tasks
+by key, so every change of a key is in one task. The default partitioner hashes the
+key, so a key always lands in one partition.
 
 Schema changes (``op = s``) are not produced by the tasks: they go back to the
 driver in the commit messages and the commit step publishes them, in ``seq`` order,
@@ -14,9 +15,6 @@ from __future__ import annotations
 
 import time
 from typing import Callable
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.schema.model import TableDef
@@ -32,18 +30,9 @@ from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.topics import TopicRouter, ensure_topics, forget_topics
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["sorted_rows", "publish_rows", "publish_commit", "HistoryDefinitions"]
+__all__ = ["publish_rows", "publish_commit", "row_encoder", "HistoryDefinitions"]
 
 Encode = Callable[[dict], tuple[bytes | None, bytes, list]]
-
-
-def sorted_rows(batches: list[pa.RecordBatch]) -> list[dict]:
-    """The rows of a task's record batches as dicts, in ``seq`` order."""
-    batches = [b for b in batches if b.num_rows]
-    if not batches:
-        return []
-    table = pa.Table.from_batches(batches)
-    return table.take(pc.sort_indices(table, [("seq", "ascending")])).to_pylist()
 
 
 def _reset(settings: KafkaSettings) -> None:
@@ -72,13 +61,14 @@ class HistoryDefinitions:
         return self.history.definition(db, table, BinlogPosition.of(file, pos))
 
 
-def publish_rows(settings: KafkaSettings, rows: list[dict]) -> tuple[dict[str, TxnTally],
-                                                                     list[dict]]:
+def publish_rows(settings: KafkaSettings, rows: list[dict], encode: Encode | None = None
+                 ) -> tuple[dict[str, TxnTally], list[dict]]:
     """Deliver ``rows`` (in seq order) or raise; returns their transaction tally and the
-    schema-change records left for the commit step."""
+    schema-change records left for the commit step. ``encode``: a task's
+    :func:`row_encoder`, made once for all its record batches (default: a new one)."""
     changes = [r for r in rows if r["op"] != "s"]
     if changes:
-        encode = _encoder(settings)
+        encode = encode or row_encoder(settings)
         with_retries(settings, "publishing a batch",
                      lambda: _send_all(settings, changes, encode), lambda: _reset(settings))
     tally = tally_transactions(changes) if settings.transaction_topic else {}
@@ -86,7 +76,7 @@ def publish_rows(settings: KafkaSettings, rows: list[dict]) -> tuple[dict[str, T
     return tally, schema_rows
 
 
-def _encoder(settings: KafkaSettings) -> Encode:
+def row_encoder(settings: KafkaSettings) -> Encode:
     """(key, value, headers) of a row in the sink's format."""
     if settings.format != "debezium":
         return lambda row: (encode_key(row), mysqlcdc_value(row), headers(row))

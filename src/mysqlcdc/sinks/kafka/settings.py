@@ -23,6 +23,8 @@ The writer receives only Spark options (strings, keys lower-cased by Spark). Opt
     pipeline                 name written into commit-log records (default: mysqlcdc)
     deliveryTimeout          seconds one delivery attempt may take (default 60)
     deliveryAttempts         attempts per batch, each with a new producer (default 10)
+    sortMemoryMb             memory a write task orders its rows in before it spills
+                             sorted runs to local disk (default 128)
     checkpointLocation       set by writeStream; the batch end offsets are read from it
 """
 
@@ -68,6 +70,7 @@ class KafkaSettings:
     delivery_timeout_s: float = 60.0
     delivery_attempts: int = 10
     checkpoint: str | None = None
+    sort_memory_mb: int = 128
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -137,6 +140,7 @@ class KafkaSettings:
             "replicationFactor": str(self.replication_factor), "commitTopic": self.commit_topic,
             "pipeline": self.pipeline, "deliveryTimeout": str(self.delivery_timeout_s),
             "deliveryAttempts": str(self.delivery_attempts),
+            "sortMemoryMb": str(self.sort_memory_mb),
         })
         for key, value in (("topicColumn", self.topic_column),
                            ("transactionTopic", self.transaction_topic),
@@ -176,6 +180,7 @@ class KafkaSettings:
             delivery_timeout_s=float(low.get("deliverytimeout", cls.delivery_timeout_s)),
             delivery_attempts=_int(low, "deliveryattempts", cls.delivery_attempts),
             checkpoint=low.get("checkpointlocation"),
+            sort_memory_mb=_int(low, "sortmemorymb", cls.sort_memory_mb),
         )
 
 
@@ -196,6 +201,7 @@ def from_sink_config(sink, pipeline: str, history_dir: str | None = None) -> Kaf
         bigint_unsigned_handling_mode=sink.bigint_unsigned_handling_mode,
         binary_handling_mode=sink.binary_handling_mode,
         schema_change_topic=sink.schema_change_topic, history_dir=history_dir,
+        sort_memory_mb=sink.sort_memory_mb,
     )
 
 

@@ -1,10 +1,13 @@
 """``df.writeStream.format("mysqlcdc-kafka")``: the PySpark stream writer of the Kafka sink.
 
 A thin adapter over :mod:`mysqlcdc.sinks.kafka.publish` (the rest of the package
-does not import pyspark). ``write`` runs in each task: it sorts the task's rows by
-``seq``, publishes them and returns a commit message only when every delivery was
-acknowledged. ``commit`` runs once per batch in a driver-side worker after all
-tasks succeeded and appends the batch's end position to the commit log (see
+does not import pyspark). ``write`` runs in each task: it orders the task's rows by
+``seq`` in bounded memory (``order.SeqSorter``: spilled to local files past
+``sortMemoryMb``), publishes them a record batch at a time, each batch acknowledged
+before the next is sent, and returns a commit message only when every delivery was
+acknowledged (schema changes ride back in it). ``commit`` runs once per batch in a
+driver-side worker after all tasks succeeded, publishes the schema changes and
+transaction boundaries, and appends the batch's end position to the commit log (see
 :mod:`mysqlcdc.sinks.kafka.commitlog`). A failed task fails the batch; Spark
 replays it with the same id when the query runs again.
 
@@ -27,7 +30,8 @@ from mysqlcdc.envelope.model import ENVELOPE_DDL
 from mysqlcdc.errors import ConfigError
 from mysqlcdc.sinks.kafka.commitlog import CommitRecord, batch_end_offset
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
-from mysqlcdc.sinks.kafka.publish import publish_commit, publish_rows, sorted_rows
+from mysqlcdc.sinks.kafka.order import SeqSorter
+from mysqlcdc.sinks.kafka.publish import publish_commit, publish_rows, row_encoder
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 
 __all__ = ["KafkaDataSource", "KafkaStreamWriter", "KafkaCommitMessage"]
@@ -70,9 +74,19 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         self.settings = settings
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaCommitMessage:
-        rows = sorted_rows(list(iterator))
-        txns, schema_rows = publish_rows(self.settings, rows)
-        return KafkaCommitMessage(len(rows), txns, schema_rows)
+        # ordered by seq within sort_memory_mb (spilled beyond it), then published a record
+        # batch at a time, each acknowledged before the next
+        sorter = SeqSorter(self.settings.sort_memory_mb << 20)
+        for batch in iterator:
+            sorter.add(batch)
+        rows, tallies, schema_rows, encode = 0, [], [], None
+        for batch in sorter.sorted():
+            encode = encode or row_encoder(self.settings)     # one per task, not per batch
+            tally, schema = publish_rows(self.settings, batch.to_pylist(), encode)
+            tallies.append(tally)
+            schema_rows += schema
+            rows += batch.num_rows
+        return KafkaCommitMessage(rows, merge_tallies(tallies), schema_rows)
 
     def commit(self, messages: list[KafkaCommitMessage | None], batchId: int) -> None:
         done = [m for m in messages if m is not None]
