@@ -212,11 +212,13 @@ class SnapshotPhase:
             return start
         return None
 
-    def after_stream(self, start: dict, end: dict) -> dict:
+    def after_stream(self, start: dict, end: dict, here: dict | None = None) -> dict:
         """``end`` (the stream's next offset) with the backfill state: signals of
-        committed batches taken, and the next chunks planned beside the stream."""
+        committed batches taken, and the next chunks planned beside the stream. ``here``:
+        where ``start`` stands when it is a rule (resolved to where its tasks ended): the
+        signals before it are those of committed batches."""
         snap = start.get("snapshot")
-        taken = self._take_signals(start, snap or {})
+        taken = self._take_signals(here or start, snap or {})
         if snap is None and taken is None:
             return end
         snap = dict(snap or {})

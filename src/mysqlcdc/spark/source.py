@@ -213,7 +213,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except BinlogPurgedError as exc:      # snapshotMode when_needed: a new snapshot
             return self._through_outages(lambda p, purged=exc: self._snapshot.purged(start, purged))
         # backfills asked for by signals, read beside the stream
-        out = self._through_outages(lambda p: self._snapshot.after_stream(start, moved))
+        out = self._through_outages(lambda p: self._snapshot.after_stream(start, moved, here))
         if moved is start and out != start and batchend.pending(start):
             # backfill chunks only: the binlog stays where the last batch's tasks ended
             out = {**{k: v for k, v in here.items() if k != "snapshot"},
