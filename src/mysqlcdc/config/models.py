@@ -560,6 +560,17 @@ class KafkaSinkConfig(_SinkModel):
         description="Take each change's topic from this column of the stream instead of "
         "`topic` (for a transform that adds one).",
     )
+    value_column: str | None = Field(
+        None,
+        description="Send this column's text as the message value where it is set, in "
+        "place of the format's value, keyed by the envelope's key (the outbox transform's "
+        "`message_value`: its payload as the application wrote it).",
+    )
+    headers_column: str | None = Field(
+        None,
+        description="Add the entries of this column's JSON object as message headers where "
+        "it is set (the outbox transform's `message_headers`: id, eventType, aggregateType).",
+    )
     format: Literal["mysqlcdc", "debezium"] = Field(
         "mysqlcdc",
         description="Messages: `mysqlcdc` (the envelope as JSON) or `debezium` (Debezium MySQL's "

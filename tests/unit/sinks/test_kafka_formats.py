@@ -210,3 +210,22 @@ def test_snapshot_rows_carry_debeziums_snapshot_marks():
         assert value["source"]["snapshot"] == mark and value["source"]["query"] is None
         assert snapshot_mark(row) == mark
     assert snapshot_mark({**ROW, "op": "c", "query": "snapshot:last"}) == "false"
+
+
+def test_value_and_headers_columns_replace_the_format_where_a_row_sets_them():
+    from mysqlcdc.sinks.kafka.publish import row_encoder
+
+    settings = KafkaSettings(producer={"bootstrap.servers": "b"}, value_column="message_value",
+                             headers_column="message_headers")
+    assert KafkaSettings.parse({**settings.to_options(), "kafka.bootstrap.servers": "b"}
+                               ).value_column == "message_value"
+    encode = row_encoder(settings)
+    event = {**ROW, "op": "c", "before": None, "key": '"7"',
+             "message_value": '{"reservation": 7}',
+             "message_headers": '{"id": 12, "eventType": "Booked", "aggregateType": "r"}'}
+    key, value, hdrs = encode(event)
+    assert (key, value) == (b'"7"', b'{"reservation": 7}')
+    assert dict(hdrs)["eventType"] == b"Booked" and dict(hdrs)["id"] == b"12"
+    assert dict(hdrs)["seq"] == str(SEQ).encode()          # the sink's own headers stay
+    plain = {**ROW, "message_value": None, "message_headers": None}
+    assert encode(plain) == (encode_key(ROW), mysqlcdc_value(ROW), headers(ROW))

@@ -77,7 +77,36 @@ def publish_rows(settings: KafkaSettings, rows: list[dict], encode: Encode | Non
 
 
 def row_encoder(settings: KafkaSettings) -> Encode:
-    """(key, value, headers) of a row in the sink's format."""
+    """(key, value, headers) of a row in the sink's format; where the row sets the
+    ``value_column`` / ``headers_column`` a transform added, those instead."""
+    encode = _format_encoder(settings)
+    if settings.value_column is None and settings.headers_column is None:
+        return encode
+    return _with_columns(encode, settings.value_column, settings.headers_column)
+
+
+def _with_columns(encode: Encode, value_column: str | None,
+                  headers_column: str | None) -> Encode:
+    """A row whose ``value_column`` holds text is sent as that text, keyed by the
+    envelope's key (its ``after`` is no table row the format could encode, such as an
+    outbox event's payload); ``headers_column``'s JSON object adds headers."""
+    import orjson
+
+    def encode_row(row: dict) -> tuple[bytes | None, bytes, list]:
+        value = row.get(value_column) if value_column else None
+        if value is not None:
+            key, out, hdrs = encode_key(row), value.encode(), headers(row)
+        else:
+            key, out, hdrs = encode(row)
+        extra = row.get(headers_column) if headers_column else None
+        if extra:
+            hdrs = hdrs + [(str(k), (v if isinstance(v, str) else orjson.dumps(v).decode())
+                            .encode()) for k, v in orjson.loads(extra).items() if v is not None]
+        return key, out, hdrs
+    return encode_row
+
+
+def _format_encoder(settings: KafkaSettings) -> Encode:
     if settings.format != "debezium":
         return lambda row: (encode_key(row), mysqlcdc_value(row), headers(row))
     dbz = DebeziumEncoder(prefix=settings.prefix, schemas=settings.schemas,

@@ -52,6 +52,8 @@ class KafkaSettings:
     topic: str = "{prefix}.{db}.{table}"
     prefix: str = "mysqlcdc"
     topic_column: str | None = None
+    value_column: str | None = None
+    headers_column: str | None = None
     format: str = "mysqlcdc"
     tombstones: bool | None = None
     schemas: bool = True
@@ -143,6 +145,8 @@ class KafkaSettings:
             "sortMemoryMb": str(self.sort_memory_mb),
         })
         for key, value in (("topicColumn", self.topic_column),
+                           ("valueColumn", self.value_column),
+                           ("headersColumn", self.headers_column),
                            ("transactionTopic", self.transaction_topic),
                            ("schemaHistory", self.history_dir)):
             if value:
@@ -162,6 +166,8 @@ class KafkaSettings:
             producer=producer, format=low.get("format", cls.format),
             topic=low.get("topic", cls.topic), prefix=low.get("topicprefix", cls.prefix),
             topic_column=low.get("topiccolumn") or None,
+            value_column=low.get("valuecolumn") or None,
+            headers_column=low.get("headerscolumn") or None,
             tombstones=_bool(low, "tombstones") if "tombstones" in low else None,
             schemas=_bool(low, "schemas", "true"),
             decimal_handling_mode=low.get("decimalhandlingmode", cls.decimal_handling_mode),
@@ -191,7 +197,8 @@ def from_sink_config(sink, pipeline: str, history_dir: str | None = None) -> Kaf
     producer.update({k: s.reveal() for k, s in sink.secret_producer_config().items()})
     return KafkaSettings(
         producer=producer, topic=sink.topic, prefix=sink.topic_prefix or pipeline,
-        topic_column=sink.topic_column, format=sink.format, tombstones=sink.tombstones,
+        topic_column=sink.topic_column, value_column=sink.value_column,
+        headers_column=sink.headers_column, format=sink.format, tombstones=sink.tombstones,
         partitions=sink.partitions, replication_factor=sink.replication_factor,
         topic_config=dict(sink.topic_config), transaction_topic=sink.transaction_topic,
         commit_topic=sink.commit_topic, pipeline=pipeline,
