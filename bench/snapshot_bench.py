@@ -16,8 +16,11 @@ The Spark tools are timed from the query's start to its end inside a process who
 SparkSession is already up (starting Spark costs 15-40 s here and is not the snapshot's).
 Every process's peak RSS is sampled (/proc, every 0.2 s) and reported by role: the
 driver (the worker process), the JVM, the source's planner and the Python read workers.
-Printed: one JSON line per run, then the median rows/s per tool and the ratios to
-``dump`` (medians of the per-round ratios: each round's tools ran side by side).
+A Spark run also reports ``in_batches_s``, the seconds spent inside its micro-batches
+(the rest is the query's start, its planning process and its stop: a fixed cost).
+Printed: one JSON line per run, then per table the median rows/s per tool, the ratios to
+``dump`` (medians of the per-round ratios: each round's tools ran side by side), the peak
+RSS per tool and the median CPU seconds per role.
 
     .venv/bin/python bench/snapshot_bench.py --rows 1000000 --reps 3
     .venv/bin/python bench/snapshot_bench.py --rows 200000 --reps 1 --tools noop   # memory vs size
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -84,7 +88,11 @@ def _role(pid: int) -> str:
         return "python-workers"
     if "snapshot_bench" in text:
         return "driver"
-    return "python-source" if "python" in text else Path(cmd[0].decode(errors="replace")).name
+    if "python" in text:
+        return "python-source"
+    name = Path(cmd[0].decode(errors="replace")).name
+    # anything else: short-lived helpers Spark shells out to (chmod, rm, ps, ...)
+    return name if name == "mariadb-dump" else "other"
 
 
 def _tree(root: int) -> list[int]:
@@ -126,8 +134,8 @@ class CpuMeter:
     def poll(self) -> None:
         for pid in _tree(self.root):
             cpu = _cpu_s(pid)
-            if pid not in self.first:
-                self.first[pid] = cpu if self.started else 0.0
+            if pid not in self.first:     # before start() every entry is reset below
+                self.first[pid] = 0.0
                 self.roles[pid] = _role(pid)
             self.last[pid] = cpu
 
@@ -260,11 +268,12 @@ def worker_spark(port: int, table: str, tool: str, server_id: int) -> dict:
         poller = threading.Thread(target=_poll_until, args=(meter, stop), daemon=True)
         began = time.perf_counter()
         poller.start()
-        rows, batches = _snapshot_query(spark, port, table, tool, sid)
+        rows, batches, in_batches = _snapshot_query(spark, port, table, tool, sid)
         seconds = time.perf_counter() - began
         stop.set()
         poller.join()
-        runs[run] = {"seconds": seconds, "rows": rows, "batches": batches, "cpu_s": meter.stop()}
+        runs[run] = {"seconds": seconds, "rows": rows, "batches": batches,
+                     "in_batches_s": in_batches, "cpu_s": meter.stop()}
     spark.stop()
     return {**runs["warm"], "cold": {k: v for k, v in runs["cold"].items() if k != "rows"}}
 
@@ -274,8 +283,19 @@ def _poll_until(meter: CpuMeter, stop: threading.Event) -> None:
         meter.poll()
 
 
-def _snapshot_query(spark, port: int, table: str, tool: str, server_id: int) -> tuple[int, int]:
+def _snapshot_query(spark, port: int, table: str, tool: str,
+                    server_id: int) -> tuple[int, int, float]:
+    """Rows written, micro-batches, and the seconds spent inside them (the rest of the
+    query's wall time is its start, its planning process and its stop)."""
     work = Path(tempfile.mkdtemp(prefix=f"snapbench-{tool}-"))
+    try:
+        return _run_query(spark, work, port, table, tool, server_id)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_query(spark, work: Path, port: int, table: str, tool: str,
+               server_id: int) -> tuple[int, int, float]:
     options = {"host": "127.0.0.1", "port": str(port), "user": "root", "serverId": str(server_id),
                "include": f"snap.{table}", "snapshotMode": "initial_only", "parallelism": "2",
                "snapshotChunkRows": "50000", "snapshotChunksPerBatch": "8"}
@@ -297,7 +317,8 @@ def _snapshot_query(spark, port: int, table: str, tool: str, server_id: int) -> 
 
         rows = ds.dataset(str(work / "changelog"), format="parquet",
                           partitioning="hive").count_rows()
-    return rows, len(query.recentProgress)
+    in_batches = sum(p["durationMs"].get("triggerExecution", 0) for p in query.recentProgress)
+    return rows, len(query.recentProgress), round(in_batches / 1000, 2)
 
 
 # --- the comparison ---------------------------------------------------------------------
@@ -347,9 +368,17 @@ def summarize(results: list[dict], rows: int) -> dict:
                 ratios[tool] = round(statistics.median(per_round), 3)
         peak = {t: max((r["rss_mb"].get("total", 0) for r in mine if r["tool"] == t), default=0)
                 for t in rates}
+        cpu = {t: _median_cpu([r["cpu_s"] for r in mine if r["tool"] == t]) for t in rates}
         out[table] = {"rows": rows, "rows_per_s": {k: round(v) for k, v in rates.items()},
-                      "x_dump": ratios, "peak_rss_mb": peak}
+                      "x_dump": ratios, "peak_rss_mb": peak, "cpu_s": cpu}
     return out
+
+
+def _median_cpu(runs: list[dict]) -> dict[str, float]:
+    """Median CPU seconds per role over runs (a Spark tool: its warm run)."""
+    roles = sorted({role for run in runs for role in run})
+    return {role: round(statistics.median(run.get(role, 0.0) for run in runs), 2)
+            for role in roles}
 
 
 def main() -> None:
