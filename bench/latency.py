@@ -109,7 +109,10 @@ class KafkaWatch:
 
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lat-{os.getpid()}",
                                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
-                                  "fetch.wait.max.ms": 10})
+                                  "fetch.wait.max.ms": 10,
+                                  # the topic appears with the first batch: notice it within a
+                                  # second, not librdkafka's default 5 minutes
+                                  "topic.metadata.refresh.interval.ms": 1000})
         self.consumer.subscribe([topic])
         self.seen: dict[int, float] = {}
 

@@ -66,8 +66,9 @@ def generate(server: BenchServer, rows: int, manifest: Path) -> dict:
     try:
         with conn.cursor() as cur:
             cur.execute("CREATE DATABASE IF NOT EXISTS mem")
+            cur.execute("USE mem")                  # where the sequence engine's tables live
             for t in ("big", "many"):
-                cur.execute(f"CREATE TABLE mem.{t} (id BIGINT PRIMARY KEY, val INT, "
+                cur.execute(f"CREATE TABLE IF NOT EXISTS mem.{t} (id BIGINT PRIMARY KEY, val INT, "
                             f"name VARCHAR(32))")
             cur.execute("FLUSH BINARY LOGS")
             out["transaction"] = _case(cur, "big", rows, lambda: [
