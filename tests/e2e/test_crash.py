@@ -131,3 +131,53 @@ def test_sigkill_restart_exactly_once(spark, mariadb, fresh_db, tmp_path, fmt):
 
 def _keys(rows: list[dict]) -> list[tuple]:
     return sorted((json.loads(r["key"])["id"], r["op"], int(r["seq"])) for r in rows)
+
+
+def _descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            kids = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        for kid in map(int, kids):
+            if kid not in out:
+                out.add(kid)
+                todo.append(kid)
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_stops_the_pipeline_and_every_process_it_started(mariadb, fresh_db, tmp_path):
+    """What a service manager sends: the CLI stops its queries as for Ctrl-C, and the JVM
+    and every Python runner under it end too (none is left behind, reparented)."""
+    db = fresh_db
+    start = str(binlog_position(mariadb))
+    mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)", db=db)
+    config = _write_config(tmp_path, mariadb, db, start)
+    proc = _start(config)
+    try:
+        deadline = time.monotonic() + 240
+        while _committed_batches(tmp_path / "checkpoint") == 0:
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                (tmp_path / "pipeline.log").read_text()[-3000:]
+            time.sleep(0.5)
+        family = _descendants(proc.pid)
+        assert family, "the CLI started no JVM"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, (tmp_path / "pipeline.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while (alive := {p for p in family if _running(p)}) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not alive, {p: Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in alive}
+    assert "stopped" in (tmp_path / "pipeline.log").read_text()

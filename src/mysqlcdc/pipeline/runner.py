@@ -312,8 +312,10 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     checked_preflight(cfg)
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop
-    spark = spark or build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
-                                   dict(cfg.spark.conf))
+    if spark is None:                # this process owns Spark: stop it on SIGTERM too
+        spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
+                              dict(cfg.spark.conf))
+        _stop_on_sigterm()
     if quiet:
         from mysqlcdc.spark.session import quiet_failures
 
@@ -375,6 +377,22 @@ def _plain_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, interrupt)
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (systemd, Kubernetes, ``kill``) stops the queries like Ctrl-C does: the
+    running batch's work is left to the checkpoint and the source's Python runners end
+    with their queries, instead of outliving a JVM that died under them."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def terminate(signum, frame):   # noqa: ARG001
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, terminate)
 
 
 def named_failure(cfg: PipelineConfig, exc: BaseException) -> BaseException:
