@@ -60,6 +60,8 @@ _FAILURE_LOGGERS = (
     "org.apache.spark.executor.Executor",
     "org.apache.spark.scheduler.TaskSetManager",
     "org.apache.spark.api.python",
+    # "Aborting task" with the task's stack, from a file writer with concurrent writers
+    "org.apache.spark.util.Utils",
 )
 
 
