@@ -42,10 +42,17 @@ def _chain(variant: str, workload: str, table: str, history: str):
     if variant == "none":
         return None
     if variant == "python":
-        return Chain([PythonTransform("bench_user_code:touch_one_field")], history_dir=history)
+        return Chain([PythonTransform(f"{_module(workload)}:touch_one_field")],
+                     history_dir=history)
     return Chain([Mask([f"{table}.{masked}"], keep_last=4),
                   Hash([f"{table}.{hashed}"], salt="bench-salt"),
                   Filter(keep=f"after.{field} is not None or op == 'd'")], history_dir=history)
+
+
+def _module(workload: str) -> str:
+    """One module name per workload: Spark refuses a second addPyFile of the same file
+    name with other contents, and the touched column differs between workloads."""
+    return f"bench_user_code_{workload}"
 
 
 def run_once(spark, server, info: dict, workload: str, variant: str, server_id: int) -> float:
@@ -90,11 +97,9 @@ def main() -> None:
                               {"spark.sql.shuffle.partitions": "2"})
         for workload in args.workloads.split(","):
             info = manifest["workloads"][workload]
-            module = code / workload / "bench_user_code.py"
-            module.parent.mkdir()
+            module = code / f"{_module(workload)}.py"
             module.write_text(USER_CODE.replace("{column}", COLUMNS[workload][3]))
             sys.path.insert(0, str(module.parent))
-            sys.modules.pop("bench_user_code", None)
             ship_user_code(spark, [str(module)])
             run_once(spark, server, info, workload, "none", 7700)          # warm-up
             for rep in range(args.reps):
