@@ -391,8 +391,10 @@ class PipelineService:
             return
         last_seen = state.seen_batches.get(query.id, -1)
         rates = []
+        from mysqlcdc.spark.taskwrite import with_written_rows
+
         for p in progresses:
-            raw = _as_dict(p)
+            raw = with_written_rows(_as_dict(p))
             batch = int(raw.get("batchId", -1))
             if batch <= last_seen:
                 continue

@@ -186,21 +186,36 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
             time.sleep(1.0)
 
 
-def _load(spark, cfg: PipelineConfig, index: int, options: dict, history: str | None):
-    """Sink ``index``'s stream, through the pipeline's and the sink's transforms."""
+def _load(spark, cfg: PipelineConfig, index: int, options: dict, history: str | None,
+          writer=None):
+    """Sink ``index``'s stream, through the pipeline's and the sink's transforms, and None;
+    with a sink's task ``writer`` (decision 20): the stream of what the read tasks wrote
+    and the Arrow schema of the changes they wrote, when the transforms allow it."""
+    from mysqlcdc.spark.transforms import load_transformed, load_written
+
+    chain = _chain(cfg, index, history)
+    if writer is not None:
+        df, written = load_written(spark, options, chain, writer)
+        if df is not None:
+            return df, written
+    if chain is None:
+        return spark.readStream.format("mysqlcdc").options(**options).load(), None
+    return load_transformed(spark, options, chain), None
+
+
+def _chain(cfg: PipelineConfig, index: int, history: str | None):
+    """The transforms sink ``index``'s stream goes through (None: none)."""
     if not cfg.transforms and not cfg.sinks[index].transforms:
-        return spark.readStream.format("mysqlcdc").options(**options).load()
+        return None
     from mysqlcdc.pipeline.transforms import sink_chain
-    from mysqlcdc.spark.transforms import load_transformed
 
     dead_letters = None
     if cfg.dead_letter is not None:
         from mysqlcdc.sinks.dead_letter import from_config, make_writer
 
         dead_letters = make_writer(from_config(cfg.dead_letter))
-    chain = sink_chain(cfg, index, history_dir=history, dead_letters=dead_letters,
-                       checkpoint_dir=local_dir(sink_checkpoint(cfg, index)))
-    return load_transformed(spark, options, chain)
+    return sink_chain(cfg, index, history_dir=history, dead_letters=dead_letters,
+                      checkpoint_dir=local_dir(sink_checkpoint(cfg, index)))
 
 
 def _start_plugins(spark, cfg: PipelineConfig, sink: PluginsSinkConfig, df, *, index: int,
@@ -221,7 +236,8 @@ def _start_plugins(spark, cfg: PipelineConfig, sink: PluginsSinkConfig, df, *, i
 
 def start_queries(spark, cfg: PipelineConfig) -> list:
     """Start one streaming query per sink; returns them in sink order."""
-    from mysqlcdc.sinks.changelog import from_sink_config as changelog_settings, start_changelog
+    from mysqlcdc.sinks.changelog import (from_sink_config as changelog_settings,
+                                          start_changelog, task_writer)
     from mysqlcdc.sinks.console import start_console
 
     if cfg.transforms or any(s.transforms for s in cfg.sinks) or \
@@ -242,13 +258,17 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
             options["schemaHistory"] = history
         if isinstance(sink, PluginsSinkConfig):
             options["emitRollbacks"] = "true"
-        df = _load(spark, cfg, index, options, history)
         name = f"{cfg.name}-{index}-{sink.type}"
         trigger = cfg.spark.trigger_interval
         if isinstance(sink, ChangelogSinkConfig):
-            q = start_changelog(df, changelog_settings(sink, cfg.name, index),
-                                checkpoint=checkpoint, trigger_interval=trigger, name=name)
-        elif isinstance(sink, ConsoleSinkConfig):
+            settings = changelog_settings(sink, cfg.name, index)
+            df, written = _load(spark, cfg, index, options, history, task_writer(settings))
+            q = start_changelog(df, settings, checkpoint=checkpoint, trigger_interval=trigger,
+                                name=name, written=written)
+            queries.append(q)
+            continue
+        df = _load(spark, cfg, index, options, history)[0]
+        if isinstance(sink, ConsoleSinkConfig):
             q = start_console(df, checkpoint=checkpoint, trigger_interval=trigger,
                               max_rows=sink.max_rows, truncate=sink.truncate, name=name)
         elif isinstance(sink, KafkaSinkConfig):
@@ -449,7 +469,9 @@ def _await(queries: list, on_progress: Callable[[dict], None] | None,
 def _report(query, on_progress: Callable[[dict], None] | None, folders: list[str] = ()) -> None:
     if on_progress is None:
         return
-    progress = dict(query.lastProgress) if query.lastProgress else {}
+    from mysqlcdc.spark.taskwrite import with_written_rows
+
+    progress = with_written_rows(dict(query.lastProgress)) if query.lastProgress else {}
     status = source_status(folders)
     if status is not None:
         progress["source"] = status

@@ -108,19 +108,27 @@ class MysqlcdcDataSource(DataSource):
         return "mysqlcdc"
 
     def schema(self) -> str:
+        from mysqlcdc.spark.taskwrite import read_writer
         from mysqlcdc.spark.transforms import read_chain, schema_ddl
 
+        writer = read_writer(self.options)
+        if writer is not None:
+            return writer.ddl                          # what the sink's task writer yields
         return schema_ddl(read_chain(self.options))   # the envelope (+ transforms' columns)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
+        from mysqlcdc.spark.taskwrite import read_writer
         from mysqlcdc.spark.transforms import read_chain
 
-        return MysqlcdcStreamReader(SourceOptions.parse(self.options), read_chain(self.options))
+        return MysqlcdcStreamReader(SourceOptions.parse(self.options), read_chain(self.options),
+                                    read_writer(self.options))
 
     def reader(self, schema) -> DataSourceReader:
+        from mysqlcdc.spark.taskwrite import read_writer
         from mysqlcdc.spark.transforms import read_chain
 
-        return MysqlcdcBatchReader(SourceOptions.parse(self.options), read_chain(self.options))
+        return MysqlcdcBatchReader(SourceOptions.parse(self.options), read_chain(self.options),
+                                   read_writer(self.options))
 
 
 class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -132,9 +140,10 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     up to it is read in bounded batches (without the mixin Spark would ask for
     everything at once, one unbounded batch)."""
 
-    def __init__(self, options: SourceOptions, chain=None) -> None:
+    def __init__(self, options: SourceOptions, chain=None, writer=None) -> None:
         self.options = options
         self.chain = chain            # transforms the read tasks apply (spark.transforms)
+        self.writer = writer          # the sink's task writer (spark.taskwrite), if any
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
         self._snapshot = SnapshotPhase(options, lambda: self.planner)
@@ -319,7 +328,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [replace(t, signals=tap) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _transformed(self.chain, _read(partition))
+        return _written(self.writer, _transformed(self.chain, _read(partition)))
 
     def commit(self, end: dict) -> None:
         pass   # progress lives in Spark's checkpoint; nothing to release server-side
@@ -332,9 +341,10 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 class MysqlcdcBatchReader(DataSourceReader):
     """A bounded range ``[startingPosition, endingPosition)`` as a batch DataFrame."""
 
-    def __init__(self, options: SourceOptions, chain=None) -> None:
+    def __init__(self, options: SourceOptions, chain=None, writer=None) -> None:
         self.options = options
         self.chain = chain
+        self.writer = writer
 
     def partitions(self) -> Sequence[InputPartition]:
         planner = RangePlanner(self.options)
@@ -352,7 +362,7 @@ class MysqlcdcBatchReader(DataSourceReader):
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _transformed(self.chain, _read(partition))
+        return _written(self.writer, _transformed(self.chain, _read(partition)))
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -376,3 +386,8 @@ def _transformed(chain, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Record
     from mysqlcdc.spark.transforms import run_in_task
 
     return run_in_task(chain, 0, batches)
+
+
+def _written(writer, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The task's batches, or what the sink's task writer yields after writing them."""
+    return batches if writer is None else writer.write(batches)

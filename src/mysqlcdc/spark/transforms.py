@@ -19,11 +19,9 @@ letters and transform state are keyed by them.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
@@ -34,7 +32,7 @@ from mysqlcdc.errors import ConfigError
 from mysqlcdc.transforms.api import TaskPlace
 from mysqlcdc.transforms.chain import Chain
 
-__all__ = ["load_transformed", "apply_chain", "ship_user_code", "read_chain", "schema_ddl",
+__all__ = ["load_transformed", "load_written", "apply_chain", "ship_user_code", "read_chain", "schema_ddl",
            "run_in_task"]
 
 log = logging.getLogger(__name__)
@@ -75,20 +73,29 @@ def load_transformed(spark, options: Mapping[str, str], chain: Chain | None):
     return apply_chain(df, tail) if tail is not None else df
 
 
+def load_written(spark, options: Mapping[str, str], chain: Chain | None, writer):
+    """The stream of what ``writer`` (a sink's task writer, ``spark.taskwrite``) yields once
+    the source's read tasks have decoded, transformed and written the changes, and the
+    Arrow schema of the changes it wrote; (None, None) when the chain has an ordered stage
+    (which must see the whole batch first: the sink then writes after it)."""
+    from mysqlcdc.spark.taskwrite import writer_option
+
+    head, tail = chain.split() if chain is not None else (None, None)
+    if tail is not None:
+        return None, None
+    options = {**options, **writer_option(writer)}
+    if head is not None:
+        options[OPTION] = write_chain(head)
+    schema = head.schema_after(0, ARROW_SCHEMA) if head is not None else ARROW_SCHEMA
+    return spark.readStream.format("mysqlcdc").options(**options).load(), schema
+
+
 def write_chain(chain: Chain) -> str:
     """The chain pickled into a file of the driver's machine, named by its content (it may
     hold a hash salt: readable by this user only)."""
-    data = pickle.dumps(chain)
-    folder = Path(tempfile.gettempdir()) / f"mysqlcdc-chains-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    path = folder / f"{hashlib.sha256(data).hexdigest()[:32]}.pickle"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    return str(path)
+    from mysqlcdc.spark.taskwrite import pickle_to_file
+
+    return pickle_to_file(chain, "chains")
 
 
 def read_chain(options: Mapping[str, str]) -> Chain | None:

@@ -1,20 +1,24 @@
 """The changelog: one row per change, partitioned by db and table, Parquet or Delta.
 
-``format: parquet`` is written with Spark's own file sink, which commits each
-micro-batch through its ``_spark_metadata`` log: a batch replayed after a crash
-replaces its own files instead of adding duplicates. Spark reading the root folder
-honours that log; a plain Parquet reader does not, so the sink removes a killed
-batch's leftover files whenever it starts (``maintenance.remove_orphans``).
+Where the changelog folder is local (or a mount every executor sees), the source's own
+read tasks write the part files as they decode (``files.PartFiles``, DESIGN.md decision
+20): the rows never enter the JVM, and the sink's query only commits the files the
+tasks name, from ``foreachBatch`` on the driver:
 
-``format: delta`` writes a Delta Lake table with delta-rs from ``foreachBatch``:
-the read tasks write the batch's Parquet files into the table folder (streamed, one
-file per partition value per task) and return their names and statistics; the driver
-makes one Delta commit adding them, carrying the application transaction
-``(app id, batch id)`` (``sinks.deltacommit``), so a replayed batch is skipped and
-every reader at every moment sees whole batches exactly once. The commit's metadata
-holds the batch id and the binlog position the batch ends at. Compaction, retention
-and vacuum run between batches when ``compact_every`` says so. The path must be a
-folder every Spark executor sees (local, or a shared mount on a cluster).
+* ``format: parquet``: the batch's entry in the ``_spark_metadata`` log Spark's file sink
+  keeps (``sinklog.py``), so Spark reading the root folder reads exactly the committed
+  batches, and a batch replayed after a crash is skipped. A plain Parquet reader does
+  not read the log: the sink removes a killed batch's leftover files whenever it starts
+  (``maintenance.remove_orphans``).
+* ``format: delta``: one Delta commit adding the files, carrying the application
+  transaction ``(app id, batch id)`` (``sinks.deltacommit``), so a replayed batch is
+  skipped and every reader at every moment sees whole batches exactly once. The commit's
+  metadata holds the batch id and the binlog position the batch ends at. Compaction,
+  retention and vacuum run between batches when ``compact_every`` says so.
+
+A remote folder (``s3a://``, ``hdfs://``) is written by Spark's own file sink; with an
+ordered transform before the sink (``flatten``), the files are written by a
+``mapInArrow`` after it (Delta) or by Spark's file sink (Parquet).
 """
 
 from __future__ import annotations
@@ -29,19 +33,42 @@ from mysqlcdc.sinks.changelog.maintenance import (
     maintain_delta,
     remove_orphans,
 )
+from mysqlcdc.sinks.changelog.files import FILES_DDL, PartFiles
 from mysqlcdc.sinks.changelog.settings import ChangelogSettings
+from mysqlcdc.sinks.changelog.sinklog import SinkLog
 from mysqlcdc.sinks.deltacommit import commit_once, open_table, table_uri
+from mysqlcdc.spark.taskwrite import note_written
 
-__all__ = ["start_changelog", "read_changelog", "current_state_sql", "delta_batch_writer"]
+__all__ = ["start_changelog", "task_writer", "read_changelog", "current_state_sql",
+           "delta_batch_writer", "parquet_batch_committer"]
 
 log = logging.getLogger(__name__)
 
 
+def task_writer(settings: ChangelogSettings) -> PartFiles | None:
+    """The writer the source's read tasks run for this changelog (DESIGN.md decision 20),
+    None where they cannot: a folder that is not local (``s3a://``, ``hdfs://``) is
+    written by Spark's own file sink."""
+    if local_path(settings.path) is None:
+        return None
+    root = table_uri(settings.path) if settings.format == "delta" else \
+        str(local_path(settings.path))
+    return PartFiles(root=root, partition_by=tuple(settings.partition_by))
+
+
 def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger_interval: str,
-                    name: str | None = None):
-    """Start the streaming query that appends ``df`` to the changelog."""
+                    name: str | None = None, written=None):
+    """Start the streaming query that appends ``df`` to the changelog.
+
+    ``written``: ``df`` holds what :func:`task_writer`'s files the read tasks wrote (one
+    row per file) rather than changes; the value is the envelope's Arrow schema (what the
+    files hold, partition columns included). The query then only commits them."""
     if settings.format == "delta":
-        writer = df.writeStream.foreachBatch(delta_batch_writer(settings, checkpoint))
+        writer = df.writeStream.foreachBatch(
+            delta_batch_writer(settings, checkpoint, written=written))
+    elif written is not None:
+        remove_orphans(settings.path)
+        writer = df.writeStream.foreachBatch(parquet_batch_committer(settings, checkpoint))
     else:
         remove_orphans(settings.path)
         writer = df.writeStream.format("parquet").option("path", settings.path).outputMode("append")
@@ -54,9 +81,42 @@ def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger
     if name:
         writer = writer.queryName(name)
     query = writer.start()
-    if settings.format != "delta" and settings.retention_s is not None:
+    if settings.format != "delta" and written is None and settings.retention_s is not None:
         _remove_expired_while_running(df.sparkSession, query, settings.path)
     return query
+
+
+def parquet_batch_committer(settings: ChangelogSettings, checkpoint: str | None = None):
+    """The ``foreachBatch`` function of a Parquet changelog whose read tasks write the files:
+    collect the files' names (the tasks write them as they run) and list them in the
+    ``_spark_metadata`` log as the batch's entry. A batch the log holds already (replayed
+    after a crash) is not read again. After a log compaction that ``retention`` made drop
+    files, they are deleted."""
+    from mysqlcdc.spark.checkpoint import query_id
+
+    root = str(local_path(settings.path))
+    sink_log = SinkLog(root, retention_s=settings.retention_s)
+    state: dict = {}
+
+    def run(df, batch_id: int) -> None:
+        if "query" not in state:
+            state["query"] = query_id(checkpoint) if checkpoint else None
+        if batch_id <= sink_log.latest():
+            log.info("changelog %s: batch %d already committed; skipped", root, batch_id)
+            return
+        started = time.perf_counter()
+        files = [r.asDict() for r in df.collect()]
+        written = time.perf_counter()
+        sink_log.add(batch_id, files)
+        note_written(state["query"], batch_id, _changes(files))
+        log.debug("changelog %s: batch %d: %d file(s) (write %.2f s, commit %.2f s)", root,
+                  batch_id, len(files), written - started, time.perf_counter() - written)
+        if settings.retention_s is not None and sink_log.is_compaction(batch_id):
+            try:
+                remove_orphans(settings.path, settled_only=True)
+            except OSError as exc:          # retried after the next compaction
+                log.warning("changelog %s: removing expired files failed: %s", root, exc)
+    return run
 
 
 def _remove_expired_while_running(spark, query, path: str) -> None:
@@ -113,18 +173,16 @@ def _clock_from_history(settings: ChangelogSettings) -> CompactionClock:
     return clock
 
 
-_FILES_DDL = "path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, stats STRING"
-
-
-def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
+def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None, *, written=None):
     """The ``foreachBatch`` function of a Delta changelog.
 
-    The read tasks write the batch's Parquet files into the table folder themselves
-    (``_write_files``, one file per partition value per task, streamed: no task holds
-    more than a record batch per partition), and return only each file's name, size
-    and statistics; the driver then makes the batch's one Delta commit naming those
-    files. Files of a batch killed before its commit are in no version: no reader
-    sees them, and vacuum removes them."""
+    Tasks write the batch's Parquet files into the table folder themselves
+    (``files.PartFiles``: one file per partition value per task, streamed) and return
+    only each file's name, size and statistics; the driver then makes the batch's one
+    Delta commit naming those files. With ``written`` (the envelope's Arrow schema) the
+    source's read tasks wrote them already and ``df`` holds the file rows; without it
+    ``df`` holds the changes and a ``mapInArrow`` writes them. Files of a batch killed
+    before its commit are in no version: no reader sees them, and vacuum removes them."""
     from mysqlcdc.spark.checkpoint import batch_offset, local_dir, query_id
 
     uri = table_uri(settings.path)
@@ -137,10 +195,15 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
             state["clock"] = _clock_from_history(settings) if settings.maintains else None
         if not _already(uri, state["app_id"], batch_id):
             started = time.perf_counter()
-            schema = _arrow_schema(df.schema)
-            files = df.mapInArrow(_write_files(uri, batch_id, settings.partition_by),
-                                  _FILES_DDL).collect()
-            written = time.perf_counter()
+            if written is not None:
+                schema, files = written, df.collect()
+                note_written(query_id(checkpoint) if checkpoint else None, batch_id,
+                             _changes(files))
+            else:
+                schema = _arrow_schema(df.schema)
+                files = df.mapInArrow(PartFiles(uri, tuple(settings.partition_by), batch_id),
+                                      FILES_DDL).collect()
+            done = time.perf_counter()
             if files:
                 end = batch_offset(local, batch_id) if local is not None else None
                 meta = {"mysqlcdc.end_position": str(end)} if end is not None else {}
@@ -148,12 +211,17 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None):
                                      settings.partition_by, meta)
                 log.info("changelog %s: batch %d: %d changes in %d file(s) (write %.2f s, "
                          "commit %.2f s)", uri, batch_id, rows, len(files),
-                         written - started, time.perf_counter() - written)
+                         done - started, time.perf_counter() - done)
         clock = state["clock"]
         if clock is not None and clock.tick():
             log.info("changelog %s: %s", uri,
                      maintain_delta(settings, compact=settings.compacts).line())
     return run
+
+
+def _changes(files) -> int:
+    """The changes the files of a batch hold (their statistics' record counts)."""
+    return sum(json.loads(f["stats"])["numRecords"] for f in files)
 
 
 def _already(uri: str, app_id: str, batch_id: int) -> bool:
@@ -199,91 +267,6 @@ def _commit_files(uri: str, app_id: str, batch_id: int, files, schema, partition
                     partition_by=list(partition_by) or None, commit_properties=props),
                 metadata=meta)
     return sum(json.loads(r["stats"])["numRecords"] for r in files)
-
-
-def _escape(value) -> str:
-    from urllib.parse import quote
-
-    return "__HIVE_DEFAULT_PARTITION__" if value is None else quote(str(value), safe="")
-
-
-def _write_files(root: str, batch_id: int, partition_by: tuple[str, ...]):
-    """The ``mapInArrow`` function: the task's rows -> Parquet files under ``root``."""
-    parts = list(partition_by)
-
-    def write(batches):
-        import os
-        import uuid
-
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        token = uuid.uuid4().hex
-        open_files: dict[tuple, dict] = {}
-
-        def file_for(key: tuple, schema) -> dict:
-            entry = open_files.get(key)
-            if entry is None:
-                folder = "/".join(f"{c}={_escape(v)}" for c, v in zip(parts, key))
-                rel = (f"{folder}/" if folder else "") + \
-                    f"part-{batch_id:010d}-{token}-{len(open_files):04d}.snappy.parquet"
-                os.makedirs(os.path.dirname(os.path.join(root, rel)) or root, exist_ok=True)
-                entry = {"rel": rel, "values": dict(zip(parts, key)), "rows": 0,
-                         "min": None, "max": None, "nulls": 0,
-                         "writer": pq.ParquetWriter(os.path.join(root, rel), schema,
-                                                    compression="snappy")}
-                open_files[key] = entry
-            return entry
-
-        def add(key: tuple, table) -> None:
-            data = table.drop_columns(parts) if parts else table
-            entry = file_for(key, data.schema)
-            entry["writer"].write_table(data)
-            entry["rows"] += data.num_rows
-            if "ts_ms" in data.column_names:
-                ts = data.column("ts_ms")
-                entry["nulls"] += ts.null_count
-                lo, hi = pc.min(ts).as_py(), pc.max(ts).as_py()
-                if lo is not None:
-                    entry["min"] = lo if entry["min"] is None else min(entry["min"], lo)
-                    entry["max"] = hi if entry["max"] is None else max(entry["max"], hi)
-
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            table = pa.Table.from_batches([batch])
-            if not parts:
-                add((), table)
-                continue
-            for combo in table.select(parts).group_by(parts).aggregate([]).to_pylist():
-                mask = None
-                for c in parts:
-                    v = combo[c]
-                    m = pc.is_null(table.column(c)) if v is None else pc.equal(table.column(c), v)
-                    mask = m if mask is None else pc.and_(mask, m)
-                add(tuple(combo[c] for c in parts), table.filter(mask))
-
-        out = {"path": [], "size": [], "partition_values": [], "modification_time": [],
-               "stats": []}
-        for entry in open_files.values():
-            entry["writer"].close()
-            full = os.path.join(root, entry["rel"])
-            stats = {"numRecords": entry["rows"]}
-            if entry["min"] is not None:
-                stats.update(minValues={"ts_ms": entry["min"]}, maxValues={"ts_ms": entry["max"]},
-                             nullCount={"ts_ms": entry["nulls"]})
-            out["path"].append(entry["rel"])
-            out["size"].append(os.path.getsize(full))
-            out["partition_values"].append(json.dumps(
-                {k: (None if v is None else str(v)) for k, v in entry["values"].items()}))
-            out["modification_time"].append(int(os.path.getmtime(full) * 1000))
-            out["stats"].append(json.dumps(stats))
-        if out["path"]:
-            yield pa.RecordBatch.from_pydict(out, schema=pa.schema([
-                ("path", pa.string()), ("size", pa.int64()), ("partition_values", pa.string()),
-                ("modification_time", pa.int64()), ("stats", pa.string())]))
-    return write
 
 
 def read_changelog(spark, path: str, format: str = "parquet"):

@@ -1,0 +1,276 @@
+"""A task's changes -> Parquet part files of the changelog, named back to the driver.
+
+Both changelog formats write their data files the same way: a Spark task streams its
+rows into one Parquet file per partition value (``db=…/table=…/part-….parquet`` under
+the changelog folder) and returns one small row per file (``FILES_DDL``: its path
+relative to the folder, size, partition values, modification time and statistics).
+Nobody reads a file until the driver commits the batch: an entry in Spark's
+``_spark_metadata`` log (``format: parquet``, ``sinklog.py``) or a Delta commit
+(``format: delta``). Files of a task attempt that failed, or of a batch killed before
+its commit, are in no commit: readers never see them and maintenance removes them.
+
+:class:`PartFiles` runs inside the source's own read tasks (DESIGN.md decision 20), so
+the rows go from the decoder to Parquet in one Python process and never cross into the
+JVM; with an ordered transform before the sink it runs as a ``mapInArrow`` instead.
+
+Memory is bounded by ``buffer_bytes`` (decision 18): rows wait per partition value until
+a row group's worth has gathered, and the largest buffer is written out whenever the
+task holds more than that in all. A row group is encoded and compressed on a thread of
+its own (Arrow's Parquet writer releases the GIL) while the task decodes the next rows,
+one row group at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pyarrow as pa
+
+__all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value"]
+
+FILES_DDL = ("path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, "
+             "stats STRING")
+FILES_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()),
+                          ("partition_values", pa.string()),
+                          ("modification_time", pa.int64()), ("stats", pa.string())])
+
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+# the characters Spark escapes in a partition folder name (as %XX), so its partition
+# discovery reads back exactly the value that was written
+_ESCAPED = frozenset([chr(c) for c in range(1, 32)] +
+                     list('"#%\'*/:=?\\\x7f{[]^'))
+
+
+def escape_partition_value(value) -> str:
+    """A partition value as a folder name part, the way Spark writes it."""
+    if value is None or value == "":
+        return NULL_PARTITION
+    text = str(value)
+    return "".join(f"%{ord(ch):02X}" if ch in _ESCAPED else ch for ch in text)
+
+
+@dataclass
+class _File:
+    rel: str
+    values: dict
+    writer: object
+    rows: int = 0
+    ts_min: int | None = None
+    ts_max: int | None = None
+    ts_nulls: int = 0
+    pending: list = field(default_factory=list)
+    pending_rows: int = 0
+    pending_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class PartFiles:
+    """Writes a task's record batches into part files under ``root`` (a local folder every
+    executor sees) and yields one ``FILES_SCHEMA`` batch naming them.
+
+    ``batch_id``: the micro-batch, for the file names (from the task's local properties
+    when None). ``row_group_rows``: rows per Parquet row group."""
+
+    root: str
+    partition_by: tuple[str, ...] = ("db", "table")
+    batch_id: int | None = None
+    row_group_rows: int = 131072
+    buffer_bytes: int = 64 << 20
+
+    ddl = FILES_DDL
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        state = _TaskFiles(self)
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    state.add(batch)
+            out = state.close()
+        except BaseException:
+            state.abandon()           # the files stay in no commit: orphans, removed later
+            raise
+        if out.num_rows:
+            yield out
+
+    __call__ = write            # a ``mapInArrow`` function too
+
+
+class _TaskFiles:
+    """The open files of one task."""
+
+    def __init__(self, spec: PartFiles) -> None:
+        self.spec = spec
+        self.parts = list(spec.partition_by)
+        self.files: dict[tuple, _File] = {}
+        self.buffered = 0
+        self.token = uuid.uuid4().hex
+        self.task, self.batch = _task_place(spec.batch_id)
+        self.pool = None           # the writing thread, started with the first row group
+        self.writing = None        # the row group being written (a Future)
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if not self.parts:
+            self._buffer((), batch)
+            return
+        for key, rows in _split(batch, self.parts):
+            self._buffer(key, rows)
+
+    def _buffer(self, key: tuple, batch: pa.RecordBatch) -> None:
+        entry = self.files.get(key) or self._open(key, batch)
+        data = batch.drop_columns(self.parts) if self.parts else batch
+        entry.pending.append(data)
+        entry.pending_rows += data.num_rows
+        size = data.nbytes
+        entry.pending_bytes += size
+        self.buffered += size
+        if entry.pending_rows >= self.spec.row_group_rows:
+            self._flush(entry)
+        while self.buffered > self.spec.buffer_bytes:
+            self._flush(max(self.files.values(), key=lambda f: f.pending_bytes))
+
+    def _open(self, key: tuple, batch: pa.RecordBatch) -> _File:
+        import pyarrow.parquet as pq
+
+        folder = "/".join(f"{c}={escape_partition_value(v)}" for c, v in zip(self.parts, key))
+        name = (f"part-{self.task:05d}-{self.batch:010d}-{self.token}-{len(self.files):04d}"
+                ".c000.snappy.parquet")
+        rel = f"{folder}/{name}" if folder else name
+        full = os.path.join(self.spec.root, rel)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        schema = batch.schema
+        if self.parts:
+            schema = pa.schema([f for f in schema if f.name not in self.parts])
+        entry = _File(rel=rel, values=dict(zip(self.parts, key)),
+                      writer=pq.ParquetWriter(full, schema, compression="snappy"))
+        self.files[key] = entry
+        return entry
+
+    def _flush(self, entry: _File) -> None:
+        if not entry.pending:
+            return
+        table = pa.Table.from_batches(entry.pending)
+        self.buffered -= entry.pending_bytes
+        entry.pending, entry.pending_rows, entry.pending_bytes = [], 0, 0
+        if self.pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(1, thread_name_prefix="changelog-parquet")
+        self._wait()                            # one row group in flight at a time
+        self.writing = self.pool.submit(_write_group, entry, table)
+
+    def _wait(self) -> None:
+        if self.writing is not None:
+            writing, self.writing = self.writing, None
+            writing.result()                    # a write's error fails the task here
+
+    def abandon(self) -> None:
+        """Stop writing after a failure: the writing thread ends, the files are closed."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        for entry in self.files.values():
+            try:
+                entry.writer.close()
+            except Exception:  # noqa: BLE001 - the task fails with the first error anyway
+                pass
+
+    def close(self) -> pa.RecordBatch:
+        out: dict[str, list] = {name: [] for name in FILES_SCHEMA.names}
+        try:
+            for entry in self.files.values():
+                self._flush(entry)
+            self._wait()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+        for entry in self.files.values():
+            entry.writer.close()
+            full = os.path.join(self.spec.root, entry.rel)
+            stats: dict = {"numRecords": entry.rows}
+            if entry.ts_min is not None:
+                stats.update(minValues={"ts_ms": entry.ts_min},
+                             maxValues={"ts_ms": entry.ts_max},
+                             nullCount={"ts_ms": entry.ts_nulls})
+            out["path"].append(entry.rel)
+            out["size"].append(os.path.getsize(full))
+            out["partition_values"].append(json.dumps(
+                {k: (None if v is None else str(v)) for k, v in entry.values.items()}))
+            out["modification_time"].append(int(os.path.getmtime(full) * 1000))
+            out["stats"].append(json.dumps(stats))
+        self.files.clear()
+        return pa.RecordBatch.from_pydict(out, schema=FILES_SCHEMA)
+
+
+def _write_group(entry: _File, table: pa.Table) -> None:
+    """Write ``table`` as one row group of ``entry``'s file (on the writing thread)."""
+    entry.writer.write_table(table, row_group_size=max(table.num_rows, 1))
+    entry.rows += table.num_rows
+    if "ts_ms" in table.column_names:
+        _note_ts(entry, table.column("ts_ms"))
+
+
+def _note_ts(entry: _File, ts) -> None:
+    import pyarrow.compute as pc
+
+    entry.ts_nulls += ts.null_count
+    bounds = pc.min_max(ts).as_py()
+    lo, hi = bounds["min"], bounds["max"]
+    if lo is not None:
+        entry.ts_min = lo if entry.ts_min is None else min(entry.ts_min, lo)
+        entry.ts_max = hi if entry.ts_max is None else max(entry.ts_max, hi)
+
+
+def _split(batch: pa.RecordBatch, parts: list[str]):
+    """(partition key, rows) for each partition value of ``batch``, rows in their order.
+
+    A read task's batch is mostly one table's rows in runs: when every partition column
+    holds one value, the batch is one part as it is."""
+    import pyarrow.compute as pc
+
+    cols = [batch.column(c) for c in parts]
+    if all(_single(c) for c in cols):
+        yield tuple(c[0].as_py() for c in cols), batch
+        return
+    table = pa.Table.from_batches([batch])
+    for combo in table.select(parts).group_by(parts, use_threads=False).aggregate([]).to_pylist():
+        mask = None
+        for c in parts:
+            v = combo[c]
+            m = pc.is_null(table.column(c)) if v is None else pc.equal(table.column(c), v)
+            mask = m if mask is None else pc.and_(mask, m)
+        for piece in table.filter(mask).to_batches():
+            yield tuple(combo[c] for c in parts), piece
+
+
+def _single(column) -> bool:
+    """Whether every value of ``column`` is the same (nulls included)."""
+    import pyarrow.compute as pc
+
+    if len(column) == 0:
+        return True
+    nulls = column.null_count
+    if nulls:
+        return nulls == len(column)
+    bounds = pc.min_max(column).as_py() if not pa.types.is_string(column.type) else None
+    if bounds is not None:
+        return bounds["min"] == bounds["max"]
+    return pc.count_distinct(column).as_py() == 1
+
+
+def _task_place(batch_id: int | None) -> tuple[int, int]:
+    """(partition id, micro-batch id) of the running Spark task ((0, batch_id or 0) outside
+    one)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:                   # pragma: no cover - pyspark is a dependency
+        return 0, batch_id or 0
+    tc = TaskContext.get()
+    if tc is None:
+        return 0, batch_id or 0
+    if batch_id is None:
+        prop = tc.getLocalProperty("streaming.sql.batchId")
+        batch_id = int(prop) if prop is not None else 0
+    return tc.partitionId(), batch_id

@@ -1,0 +1,162 @@
+"""The changelog's part files written by a task and its Spark-format commit log
+(sinks.changelog.files, sinks.changelog.sinklog), without Spark: Spark reading what they
+write is tested in tests/e2e/test_changelog_taskwrite.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+
+from mysqlcdc.envelope.model import ARROW_SCHEMA
+from mysqlcdc.sinks.changelog.files import (FILES_SCHEMA, PartFiles, escape_partition_value)
+from mysqlcdc.sinks.changelog.maintenance import committed_files, orphan_files
+from mysqlcdc.sinks.changelog.sinklog import SinkLog, _derive_interval
+
+pytestmark = pytest.mark.unit
+
+
+def _batch(rows: list[tuple[str, str, int]]) -> pa.RecordBatch:
+    """Envelope rows (db, table, n): ``seq`` and ``ts_ms`` from n, the rest made up."""
+    n = len(rows)
+    cols = {f.name: pa.nulls(n, f.type) for f in ARROW_SCHEMA}
+    cols["op"] = pa.array(["c"] * n)
+    cols["db"] = pa.array([r[0] for r in rows])
+    cols["table"] = pa.array([r[1] for r in rows])
+    cols["after"] = pa.array([json.dumps({"id": r[2], "pad": "x" * 50}) for r in rows])
+    cols["key"] = pa.array([json.dumps({"id": r[2]}) for r in rows])
+    cols["ts_ms"] = pa.array([1_700_000_000_000 + r[2] for r in rows], pa.int64())
+    cols["seq"] = pa.array([Decimal(r[2]) for r in rows], ARROW_SCHEMA.field("seq").type)
+    return pa.RecordBatch.from_arrays([cols[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
+
+
+def _write(root: Path, batches, **kw) -> list[dict]:
+    out = list(PartFiles(str(root), batch_id=3, **kw).write(iter(batches)))
+    assert all(b.schema == FILES_SCHEMA for b in out)
+    return [r for b in out for r in b.to_pylist()]
+
+
+def test_each_partition_value_gets_its_files_and_every_row_lands_once(tmp_path):
+    rows = [("shop", "orders", i) for i in range(0, 300)] + \
+           [("shop", "items", i) for i in range(300, 400)] + \
+           [("crm", "orders", i) for i in range(400, 450)]
+    mixed = [_batch(rows[i:i + 64]) for i in range(0, len(rows), 64)]
+    files = _write(tmp_path, mixed, row_group_rows=70)
+    by_part = {tuple(json.loads(f["partition_values"]).values()): f for f in files}
+    assert set(by_part) == {("shop", "orders"), ("shop", "items"), ("crm", "orders")}
+    assert sum(json.loads(f["stats"])["numRecords"] for f in files) == 450
+    for f in files:
+        path = tmp_path / f["path"]
+        assert path.stat().st_size == f["size"]
+        assert f["path"].startswith("db=")
+        stats = json.loads(f["stats"])
+        table = pq.read_table(path)
+        assert "db" not in table.column_names and "table" not in table.column_names
+        assert table.num_rows == stats["numRecords"]
+        ts = table.column("ts_ms").to_pylist()
+        assert stats["minValues"]["ts_ms"] == min(ts) and stats["maxValues"]["ts_ms"] == max(ts)
+    orders = pq.read_table(tmp_path / by_part[("shop", "orders")]["path"])
+    assert orders.column("seq").to_pylist() == [Decimal(i) for i in range(300)]   # in order
+    assert pq.ParquetFile(tmp_path / by_part[("shop", "orders")]["path"]).num_row_groups >= 3
+    # a plain reader of the folder sees the partition columns again, every row once
+    whole = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
+    assert sorted(whole.column("seq").to_pylist()) == [Decimal(i) for i in range(450)]
+
+
+def test_memory_budget_writes_the_largest_buffer_before_the_row_group_is_full(tmp_path):
+    rows = [("db", "t", i) for i in range(2000)]
+    files = _write(tmp_path, [_batch(rows[i:i + 100]) for i in range(0, 2000, 100)],
+                   row_group_rows=1_000_000, buffer_bytes=20_000)
+    (f,) = files
+    groups = pq.ParquetFile(tmp_path / f["path"]).num_row_groups
+    assert groups > 5                      # written as the budget filled, not at the end
+    assert pq.read_table(tmp_path / f["path"]).num_rows == 2000
+
+
+def test_no_rows_no_files(tmp_path):
+    assert _write(tmp_path, [_batch([])]) == []
+    assert not any(tmp_path.iterdir())
+
+
+def test_unpartitioned_and_null_and_odd_partition_values(tmp_path):
+    plain = _write(tmp_path / "plain", [_batch([("a", "b", 1)])], partition_by=())
+    assert "/" not in plain[0]["path"]
+    assert pq.read_table(tmp_path / "plain" / plain[0]["path"]).column_names == ARROW_SCHEMA.names
+    odd = _write(tmp_path / "odd", [_batch([("we=ird/db", "t:1", 1)])])
+    assert odd[0]["path"].startswith("db=we%3Dird%2Fdb/table=t%3A1/")
+    assert json.loads(odd[0]["partition_values"]) == {"db": "we=ird/db", "table": "t:1"}
+    assert escape_partition_value(None) == "__HIVE_DEFAULT_PARTITION__"
+    assert escape_partition_value("ünï code") == "ünï code"
+
+
+def test_a_failing_input_closes_the_files_and_fails(tmp_path):
+    def broken():
+        yield _batch([("db", "t", 1)])
+        raise RuntimeError("decoder broke")
+
+    with pytest.raises(RuntimeError, match="decoder broke"):
+        list(PartFiles(str(tmp_path), batch_id=1, row_group_rows=1).write(broken()))
+
+
+def _files(root: Path, batch_id: int, n: int) -> list[dict]:
+    return _write(root, [_batch([("db", "t", batch_id * 1000 + i) for i in range(n)])])
+
+
+def test_sink_log_commits_batches_as_spark_writes_them_and_compacts(tmp_path):
+    log = SinkLog(tmp_path)
+    assert log.latest() == -1
+    listed = []
+    for batch_id in range(12):
+        files = _files(tmp_path, batch_id, 3)
+        listed += [str((tmp_path / f["path"]).resolve()) for f in files]
+        assert log.add(batch_id, files)
+    assert not log.add(11, _files(tmp_path, 11, 1))      # a replayed batch: skipped
+    meta = tmp_path / "_spark_metadata"
+    names = sorted(p.name for p in meta.iterdir())
+    assert "9.compact" in names and "10" in names and "11" in names
+    lines = (meta / "9.compact").read_text().splitlines()
+    assert lines[0] == "v1" and len(lines) == 11           # batches 0-9, one file each
+    entry = json.loads(lines[1])
+    assert entry["action"] == "add" and entry["path"].startswith("file:///")
+    assert {str(p) for p in committed_files(tmp_path)} == set(listed)
+    # the file of the replay that was skipped is an orphan
+    assert len(orphan_files(tmp_path)) == 1
+
+
+def test_sink_log_retention_leaves_old_files_out_of_a_compaction(tmp_path):
+    log = SinkLog(tmp_path, retention_s=3600)
+    old = _files(tmp_path, 0, 1)
+    old[0]["modification_time"] = int((time.time() - 7200) * 1000)
+    log.add(0, old)
+    for batch_id in range(1, 10):
+        log.add(batch_id, _files(tmp_path, batch_id, 1))
+    live = committed_files(tmp_path)
+    assert len(live) == 9
+    assert Path(os.path.realpath(tmp_path / old[0]["path"])) not in live
+
+
+def test_sink_log_follows_the_interval_an_existing_log_has():
+    assert _derive_interval(10, 5) == 5
+    assert _derive_interval(10, 10) == 10
+    assert _derive_interval(10, 30) == 10
+    assert _derive_interval(10, 12) == 12        # no divisor >= 10 below half: itself
+    assert _derive_interval(10, 44) == 11
+
+
+def test_sink_log_goes_on_from_an_existing_compaction(tmp_path):
+    meta = tmp_path / "_spark_metadata"
+    meta.mkdir()
+    (meta / "4.compact").write_text("v1")
+    (meta / "9.compact").write_text("v1")
+    log = SinkLog(tmp_path)
+    assert log.interval == 5 and log.latest() == 9
+    for batch_id in range(10, 15):
+        log.add(batch_id, [])
+    assert (meta / "14.compact").exists() and (meta / "13").exists()
