@@ -160,3 +160,24 @@ def test_sink_log_goes_on_from_an_existing_compaction(tmp_path):
     for batch_id in range(10, 15):
         log.add(batch_id, [])
     assert (meta / "14.compact").exists() and (meta / "13").exists()
+
+
+def test_progress_counts_the_changes_a_task_writer_wrote():
+    from mysqlcdc.spark.taskwrite import note_written, with_written_rows
+
+    progress = {"id": "q-files", "batchId": 4, "numInputRows": 2,
+                "inputRowsPerSecond": 10.0, "processedRowsPerSecond": 4.0,
+                "durationMs": {"triggerExecution": 500}}
+    assert with_written_rows(progress) == progress          # nothing noted: unchanged
+    note_written("q-files", 4, 1000)
+    shown = with_written_rows(progress)
+    assert shown["numInputRows"] == 1000
+    assert shown["processedRowsPerSecond"] == pytest.approx(2000.0)
+    assert shown["inputRowsPerSecond"] == pytest.approx(5000.0)
+    assert with_written_rows({**progress, "batchId": 5}) == {**progress, "batchId": 5}
+    note_written("q-files", 6, 300)                          # a batch that wrote no file row
+    empty = with_written_rows({**progress, "batchId": 6, "numInputRows": 0,
+                               "processedRowsPerSecond": 0.0, "inputRowsPerSecond": 0.0})
+    assert empty["numInputRows"] == 300 and empty["processedRowsPerSecond"] == 600.0
+    note_written(None, 7, 5)                                 # no query id: nothing kept
+    assert with_written_rows({"id": "None", "batchId": 7}) == {"id": "None", "batchId": 7}

@@ -1,7 +1,7 @@
 """Keeping a changelog exact and small: orphan files, compaction, retention, checks.
 
-Parquet (Spark's file sink): a batch writes its part files first and lists them in
-``_spark_metadata/<batch>`` last. A process killed in between leaves files no log
+Parquet (Spark's file-sink log, written by Spark's sink or by ours, ``sinklog.py``): a
+batch writes its part files first and lists them in ``_spark_metadata/<batch>`` last. A process killed in between leaves files no log
 entry names (orphans, sometimes 0 bytes); the replayed batch writes new ones. Spark
 reads through the log and never sees them; a plain Parquet reader of the folder
 (pyarrow.dataset, DuckDB, polars, pandas) does. :func:`remove_orphans` deletes the
@@ -9,9 +9,9 @@ part files the log does not list, never a listed one. Files of a batch still bei
 written are newer than the newest log entry; only files older than it are removed
 while a pipeline may be running (``settled_only``).
 
-``retention`` on Parquet is Spark's file-sink TTL: when Spark compacts its log (every
-``spark.sql.streaming.fileSink.log.compactInterval`` batches, 10 by default) it leaves
-out the files written longer than ``retention`` ago; they are then files the log does
+``retention`` on Parquet is Spark's file-sink TTL: when the log is compacted (every
+``spark.sql.streaming.fileSink.log.compactInterval`` batches, 10 by default) the files
+written longer than ``retention`` ago are left out; they are then files the log does
 not list, which :func:`remove_orphans` deletes (at the sink's start, after each log
 compaction while it runs, and by ``mysqlcdc changelog vacuum``).
 
