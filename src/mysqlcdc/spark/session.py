@@ -66,7 +66,12 @@ _FAILURE_LOGGERS = (
 
 
 def quiet_failures(spark) -> None:
-    """Silence the loggers that dump a failed query's stack (see ``_FAILURE_LOGGERS``)."""
+    """Silence the loggers that dump a failed query's stack (see ``_FAILURE_LOGGERS``), and
+    py4j's report of an exception in a ``foreachBatch`` function (the query fails with it;
+    the caller names it)."""
+    import logging
+
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     try:
         jvm = spark.sparkContext._jvm
         off = jvm.org.apache.logging.log4j.Level.OFF
