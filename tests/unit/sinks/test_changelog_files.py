@@ -181,3 +181,18 @@ def test_progress_counts_the_changes_a_task_writer_wrote():
     assert empty["numInputRows"] == 300 and empty["processedRowsPerSecond"] == 600.0
     note_written(None, 7, 5)                                 # no query id: nothing kept
     assert with_written_rows({"id": "None", "batchId": 7}) == {"id": "None", "batchId": 7}
+
+
+def test_sink_log_deletes_entries_before_the_previous_compaction_after_the_delay(tmp_path):
+    log = SinkLog(tmp_path)
+    meta = tmp_path / "_spark_metadata"
+    for batch_id in range(20):
+        log.add(batch_id, [])
+        if batch_id == 9:                      # the first ten entries: long written
+            for entry in meta.iterdir():
+                os.utime(entry, (time.time() - 3600, time.time() - 3600))
+    names = {p.name for p in meta.iterdir()}
+    assert "19.compact" in names and "9.compact" in names   # the previous one stays
+    assert not any(n in names for n in map(str, range(9)))  # the batches before it go
+    log.add(20, _files(tmp_path, 20, 2))
+    assert log.latest() == 20 and len(committed_files(tmp_path)) == 1   # one file, 2 rows

@@ -13,7 +13,8 @@ The sink writes this log itself because its read tasks write the part files them
 (earlier versions of mysqlcdc) goes on in the same log. A batch whose entry exists is
 committed already: a replay after a crash skips it, as Spark's sink does.
 
-``retention_s`` is the file-sink TTL: a compaction leaves out files written longer ago
+Entries older than the previous compaction are deleted after Spark's cleanup delay, as
+Spark's sink does. ``retention_s`` is the file-sink TTL: a compaction leaves out files written longer ago
 than that; they are then orphans, which ``maintenance.remove_orphans`` deletes.
 """
 
@@ -28,6 +29,7 @@ from typing import Iterable, Mapping
 __all__ = ["SinkLog", "COMPACT_INTERVAL"]
 
 COMPACT_INTERVAL = 10        # spark.sql.streaming.fileSink.log.compactInterval's default
+CLEANUP_DELAY_S = 600.0      # spark.sql.streaming.fileSink.log.cleanupDelay's default
 _VERSION = "v1"
 _BLOCK_SIZE = 32 << 20
 
@@ -85,7 +87,21 @@ class SinkLog:
         else:
             name = str(batch_id)
         self._write(name, lines)
+        if self.is_compaction(batch_id):
+            self._expire(batch_id - self.interval)
         return True
+
+    def _expire(self, keep_from: int) -> None:
+        """Delete the entries before ``keep_from`` (the previous compaction, which the new
+        one holds), once older than Spark's cleanup delay (a reader may be reading them),
+        so the log stays a couple of compactions long instead of one file per batch."""
+        cutoff = time.time() - CLEANUP_DELAY_S
+        for n, path in self._entries().items():
+            try:
+                if n < keep_from and path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except FileNotFoundError:
+                pass
 
     def _line(self, f: Mapping) -> str:
         path = (self.root / f["path"]).resolve()

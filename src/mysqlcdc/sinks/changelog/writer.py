@@ -191,14 +191,14 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None, *, w
 
     def run(df, batch_id: int) -> None:
         if "app_id" not in state:
-            state["app_id"] = settings.app_id(query_id(checkpoint))
+            state["query"] = query_id(checkpoint)
+            state["app_id"] = settings.app_id(state["query"])
             state["clock"] = _clock_from_history(settings) if settings.maintains else None
         if not _already(uri, state["app_id"], batch_id):
             started = time.perf_counter()
             if written is not None:
                 schema, files = written, df.collect()
-                note_written(query_id(checkpoint) if checkpoint else None, batch_id,
-                             _changes(files))
+                note_written(state["query"], batch_id, _changes(files))
             else:
                 schema = _arrow_schema(df.schema)
                 files = df.mapInArrow(PartFiles(uri, tuple(settings.partition_by), batch_id),
@@ -254,7 +254,7 @@ def _commit_files(uri: str, app_id: str, batch_id: int, files, schema, partition
     have = {f.name for f in pa.schema(table.schema().to_arrow())}
     added = [f for f in schema if f.name not in have]
     if added:                                   # a column the envelope gained since
-        from deltalake.schema import Field, Schema
+        from deltalake.schema import Schema
 
         new = Schema.from_arrow(pa.schema(added))
         table.alter.add_columns(list(new.fields))
