@@ -31,7 +31,6 @@ envelope's JSON has them.
 
 from __future__ import annotations
 
-import base64
 import binascii
 
 import orjson
@@ -96,7 +95,7 @@ def _to_time(v: str) -> timedelta:
 
 
 def _to_bytes(v: str) -> bytes:
-    return base64.b64decode(v)
+    return binascii.a2b_base64(v)
 
 
 _DECODE: dict[str, Callable[[Any], Any]] = {

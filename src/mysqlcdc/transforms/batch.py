@@ -6,12 +6,24 @@ needs: those are parsed in one orjson call per column and kept, so a chain of
 built-ins parses each image at most once and writes back only the images it changed,
 with one orjson call each, when the batch leaves the chain (:meth:`to_batch`). Rows
 are picked with Arrow kernels (by table, by op), never by a Python test per row.
+
+Most built-ins touch one or two fields of a wide image, so before parsing whole images
+they try the text itself (:meth:`EventBatch.edit_field`, :meth:`EventBatch.field_values`):
+one Arrow regex finds a named top-level field's value in every image at once, and an
+edit splices the new value's JSON text in its place. This works because the envelope's
+images are compact JSON objects (no whitespace, a quote inside a string always
+escaped): ``{"KEY":`` or ``,"KEY":`` with no ``{`` before it can only be that top-level
+key. An image the regex cannot answer for (a ``{`` in the text before the key, or a
+value that is an array, an object or, for an edit, a string with escapes) is parsed as
+before, so the result never depends on which way a row went.
 """
 
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
 from typing import Iterable
+
+import re
 
 import numpy as np
 import orjson
@@ -98,6 +110,68 @@ class EventBatch:
             return np.zeros(len(rows), dtype=bool)
         return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
 
+    def is_parsed(self, name: str) -> bool:
+        """Have images of column ``name`` been parsed (then edits go through the dicts)?"""
+        return name in self._parsed
+
+    def edit_field(self, name: str, rows: np.ndarray, field: str, edit) -> np.ndarray:
+        """Replace the value of top-level ``field`` in the ``name`` images of ``rows``
+        (ascending) in their JSON text, without parsing them.
+
+        ``edit(values)`` gets the old values' JSON texts (a string array: a string
+        without escapes, an integer or ``null``) and returns the new ones. Returns the
+        rows whose image holds ``field`` but could not be edited as text (the caller
+        edits those parsed); rows without the field are left alone."""
+        if name in self._parsed or not len(rows):
+            return rows
+        texts = self.column(name).take(pa.array(rows, pa.int64()))
+        key = _key_text(field)
+        mentioned = pc.fill_null(pc.match_substring(texts, key), False)
+        found = pc.extract_regex(texts, _edit_pattern(key))
+        matched = pc.is_valid(found)
+        left = rows[np.asarray(pc.and_(mentioned, pc.invert(matched))
+                               .to_numpy(zero_copy_only=False), dtype=bool)]
+        hit = np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool)
+        if hit.any():
+            found = found.filter(matched)
+            new = edit(found.field("v"))
+            spliced = _splice(texts.filter(matched), found, new)
+            mask = np.zeros(self.num_rows, dtype=bool)
+            mask[rows[hit]] = True
+            column = pc.replace_with_mask(self.column(name), pa.array(mask), spliced)
+            self.batch = self.batch.set_column(self.batch.schema.names.index(name), name,
+                                               column)
+        return left
+
+    def field_values(self, name: str, field: str, rows: np.ndarray | None = None) -> list:
+        """The value of top-level ``field`` in the ``name`` image of each row of ``rows``
+        (default: all), None where the image is null or lacks it: read from the text
+        where a regex can, from parsed images where it cannot."""
+        index = np.arange(self.num_rows) if rows is None else rows
+        if name in self._parsed:
+            images = self.images(name, index)
+            return [None if (img := images[i]) is None else img.get(field)
+                    for i in index.tolist()]
+        texts = self.column(name).take(pa.array(index, pa.int64()))
+        key = _key_text(field)
+        found = pc.extract_regex(texts, _read_pattern(key))
+        matched = pc.is_valid(found)
+        hit = np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool)
+        out: list = [None] * len(index)
+        if hit.any():
+            for j, value in zip(np.flatnonzero(hit).tolist(),
+                                parse_json_column(found.field("v").filter(matched))):
+                out[j] = value
+        mentioned = pc.fill_null(pc.match_substring(texts, key), False)
+        left = np.flatnonzero(np.asarray(pc.and_(mentioned, pc.invert(matched))
+                                         .to_numpy(zero_copy_only=False), dtype=bool))
+        if len(left):
+            images = self.images(name, index[left])
+            for j, i in zip(left.tolist(), index[left].tolist()):
+                image = images[i]
+                out[j] = None if image is None else image.get(field)
+        return out
+
     def images(self, name: str, rows: np.ndarray | None = None) -> list:
         """The parsed images of column ``name`` (a list as long as the batch): the rows
         in ``rows`` (default: all) are parsed dicts or None; others may be UNPARSED."""
@@ -163,6 +237,55 @@ class EventBatch:
                 names = self.batch.schema.names
                 self.batch = self.batch.set_column(names.index(name), name, column)
         self._dirty.clear()
+
+
+def _key_text(field: str) -> str:
+    """A field's key as it starts a member of a compact JSON object: ``"name":``."""
+    return _dumps(field).decode() + ":"
+
+
+def _re2_literal(text: str) -> str:
+    return "".join("\\" + c if c in "\\.^$|?*+()[]{}" else c for c in text)
+
+
+# up to a top-level member's key: the object's first, or after a comma with no "{"
+# before it
+_HEAD = r"(?P<h>(?:\{|\{[^{]*?,)%s)"
+# what an edit may replace as text: a string without escapes, an integer, null
+_EDIT_VALUE = r'(?P<v>"[^"\\]*"|-?[1-9][0-9]*|0|null)'
+# what a read takes from the text: any string, number, true, false, null
+_READ_VALUE = r'(?P<v>"(?:[^"\\]|\\.)*"|-?[0-9][-+.0-9eE]*|true|false|null)'
+
+
+def _edit_pattern(key: str) -> str:
+    return "(?s)^" + _HEAD % _re2_literal(key) + _EDIT_VALUE + "[,}]"
+
+
+def _read_pattern(key: str) -> str:
+    return "(?s)^" + _HEAD % _re2_literal(key) + _READ_VALUE + "[,}]"
+
+
+def _splice(texts: pa.Array, found: pa.StructArray, new: pa.Array) -> pa.Array:
+    """Each text with its value ``found["v"]``, which follows ``found["h"]`` from the
+    text's start, replaced by ``new``. The texts are cut (without copying) into head,
+    old value and tail; the old values are swapped for the new; each three are joined."""
+    n = len(texts)
+    if texts.type != pa.string():
+        texts = texts.cast(pa.string())
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int32)[texts.offset:texts.offset + n + 1]
+    value_start = offsets[:-1] + pc.binary_length(found.field("h")).to_numpy()
+    cuts = np.empty(3 * n + 1, dtype=np.int32)
+    cuts[0:3 * n:3] = offsets[:-1]
+    cuts[1::3] = value_start
+    cuts[2::3] = value_start + pc.binary_length(found.field("v")).to_numpy()
+    cuts[3 * n] = offsets[-1]
+    pieces = pa.StringArray.from_buffers(3 * n, pa.py_buffer(cuts), texts.buffers()[2])
+    middle = np.zeros(3 * n, dtype=bool)
+    middle[1::3] = True
+    pieces = pc.replace_with_mask(pieces, pa.array(middle), new)
+    triples = pa.ListArray.from_arrays(pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)),
+                                       pieces)
+    return pc.binary_join(triples, "")
 
 
 def parse_json_column(texts: pa.Array) -> list:

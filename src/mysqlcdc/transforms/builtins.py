@@ -69,21 +69,54 @@ class _ColumnEdit(Transform):
 
     def _edit(self, events: EventBatch, column: str, rows: np.ndarray, names: list) -> None:
         pattern = self.pattern
-        if pattern.exact:         # parse only images whose text holds a named field
-            fields = {f for n in set(names) for f in pattern.names_for(n)}
-            keep = np.flatnonzero(events.mentions(column, rows, fields))
-            if not len(keep):
-                return
-            rows, names = rows[keep], [names[j] for j in keep.tolist()]
-        images = events.images(column, rows)
+        if not pattern.exact:
+            self._edit_parsed(events, column, [(rows, names, None)])
+            return
+        # plain column names: each field's rows are edited in their JSON text where a
+        # regex can (one Arrow pass per field); the rest are parsed and edited as dicts
+        by_field: dict[str, list[np.ndarray]] = {}
+        distinct = set(names)
+        if len(distinct) == 1:
+            for f in pattern.names_for(names[0]):
+                by_field.setdefault(f, []).append(rows)
+        else:
+            of_name = np.array(names, dtype=object)
+            for n in distinct:
+                for f in pattern.names_for(n):
+                    by_field.setdefault(f, []).append(rows[of_name == n])
+        text_edit = self.json_values if self.text_safe else None
+        left = []
+        for f, parts in by_field.items():
+            frows = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
+            if text_edit is not None:
+                frows = events.edit_field(column, frows, f, text_edit)
+            else:
+                frows = frows[events.mentions(column, frows, (f,))]
+            if len(frows):
+                left.append((frows, None, f))
+        if left:
+            self._edit_parsed(events, column, left)
+
+    def _edit_parsed(self, events: EventBatch, column: str,
+                     groups: list[tuple[np.ndarray, list | None, str | None]]) -> None:
+        """Edit parsed images: ``groups`` of (rows, their table names, one field) — a
+        field of None means every field the patterns name in the image."""
+        pattern = self.pattern
+        every = np.unique(np.concatenate([rows for rows, _, _ in groups]))
+        images = events.images(column, every)
         spots: list[tuple[dict, str]] = []
         add = spots.append
-        named = {n: pattern.names_for(n) for n in set(names)} if pattern.exact else None
-        for i, name in zip(rows.tolist(), names):
-            image = images[i]
-            if image:
-                for f in named[name] if named is not None else pattern.fields(name, image):
-                    if f in image:
+        for rows, names, field in groups:
+            if field is not None:
+                for i in rows.tolist():
+                    image = images[i]
+                    if image and field in image:
+                        add((image, field))
+                continue
+            for i, name in zip(rows.tolist(), names):
+                image = images[i]
+                if image:
+                    for f in pattern.fields(name, image):
                         add((image, f))
         if not spots:
             return
@@ -91,6 +124,26 @@ class _ColumnEdit(Transform):
         for (image, f), value in zip(spots, new):
             image[f] = value
         events.changed(column)
+
+    # editing JSON text: ``json_values`` maps old values' JSON texts (strings without
+    # escapes, integers, null) to new ones; only for edits whose output needs no escaping
+    text_safe = True
+
+    def json_values(self, values: pa.Array) -> pa.Array:
+        raise NotImplementedError
+
+
+def _json_texts(values: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """JSON texts of simple values -> (their text as ``_text`` gives it, is-a-string)."""
+    is_string = pc.starts_with(values, '"')
+    inner = pc.utf8_slice_codeunits(values, 1, -1)
+    bare = pc.if_else(pc.equal(values, "null"), pa.scalar(None, pa.string()), values)
+    return pc.if_else(is_string, inner, bare), is_string
+
+
+def _quoted(texts: pa.Array) -> pa.Array:
+    """Texts that need no escaping -> JSON strings; null -> ``null``."""
+    return pc.fill_null(pc.binary_join_element_wise('"', texts, '"', ""), "null")
 
 
 def _text(v) -> str | None:
@@ -117,12 +170,19 @@ class Mask(_ColumnEdit):
                  keep_last: int | None = None, char: str = "*") -> None:
         super().__init__(columns)
         self.stars, self.keep_last, self.char = stars, keep_last, char
+        # a mask character JSON must escape keeps this transform on parsed images
+        self.text_safe = all(c >= " " and c not in '"\\' for c in char)
 
     def new_values(self, values: list) -> list:
-        text = _texts(values)
+        return self._masked(_texts(values)).to_pylist()
+
+    def json_values(self, values: pa.Array) -> pa.Array:
+        return _quoted(self._masked(_json_texts(values)[0]))
+
+    def _masked(self, text: pa.Array) -> pa.Array:
         if self.keep_last is None:
             fixed = self.char * (self.stars if self.stars is not None else 8)
-            return pc.if_else(pc.is_null(text), None, fixed).to_pylist()
+            return pc.if_else(pc.is_null(text), pa.scalar(None, pa.string()), fixed)
         k = self.keep_last
         length = pc.utf8_length(text)
         hidden = pc.max_element_wise(pc.subtract(length, k), 0)
@@ -131,7 +191,7 @@ class Mask(_ColumnEdit):
                           "")
         tail = pc.if_else(pc.greater(length, k), tail, pc.binary_repeat(pa.scalar(self.char),
                                                                          length))
-        return pc.binary_join_element_wise(head, tail, "").to_pylist()
+        return pc.binary_join_element_wise(head, tail, "")
 
 
 class Hash(_ColumnEdit):
@@ -148,12 +208,17 @@ class Hash(_ColumnEdit):
         return f"Hash(columns={self.pattern.patterns!r})"
 
     def new_values(self, values: list) -> list:
-        text = _texts(values)
+        return self._hashed(_texts(values)).to_pylist()
+
+    def json_values(self, values: pa.Array) -> pa.Array:
+        return _quoted(self._hashed(_json_texts(values)[0]))
+
+    def _hashed(self, text: pa.Array) -> pa.Array:
         distinct = pc.unique(text)
         digests = pa.array([None if v is None else
                             hashlib.sha256(self._salt + v.encode()).hexdigest()
                             for v in distinct.to_pylist()], pa.string())
-        return pc.take(digests, pc.index_in(text, value_set=distinct)).to_pylist()
+        return pc.take(digests, pc.index_in(text, value_set=distinct))
 
 
 class Truncate(_ColumnEdit):
@@ -169,6 +234,11 @@ class Truncate(_ColumnEdit):
         strings = [v if isinstance(v, str) else None for v in values]
         cut = pc.utf8_slice_codeunits(pa.array(strings, pa.string()), 0, self.length).to_pylist()
         return [c if isinstance(v, str) else v for v, c in zip(values, cut)]
+
+    def json_values(self, values: pa.Array) -> pa.Array:
+        text, is_string = _json_texts(values)
+        cut = _quoted(pc.utf8_slice_codeunits(text, 0, self.length))
+        return pc.if_else(is_string, cut, values)
 
 
 # --- reshaping images -------------------------------------------------------
@@ -251,9 +321,7 @@ def field_lookup(events: EventBatch, rows: np.ndarray | None = None) -> Callable
                 raise KeyError(f"no field {ref.name!r} in the events")
             column = events.column(ref.name)
             return column if rows is None else column.take(pa.array(rows, pa.int64()))
-        images = events.images(ref.image, rows)
-        index = range(events.num_rows) if rows is None else rows.tolist()
-        return [None if (img := images[i]) is None else img.get(ref.name) for i in index]
+        return events.field_values(ref.image, ref.name, rows)
     return lookup
 
 
