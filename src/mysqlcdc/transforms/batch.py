@@ -14,7 +14,7 @@ edit splices the new value's JSON text in its place. This works because the enve
 images are compact JSON objects (no whitespace, a quote inside a string always
 escaped): ``{"KEY":`` or ``,"KEY":`` with no ``{`` before it can only be that top-level
 key. An image the regex cannot answer for (a ``{`` in the text before the key, or a
-value that is an array, an object or, for an edit, a string with escapes) is parsed as
+value that is an array, an object or, for an edit, a float or a boolean) is parsed as
 before, so the result never depends on which way a row went.
 """
 
@@ -22,8 +22,6 @@ from __future__ import annotations
 
 from fnmatch import fnmatchcase
 from typing import Iterable
-
-import re
 
 import numpy as np
 import orjson
@@ -118,53 +116,47 @@ class EventBatch:
         """Replace the value of top-level ``field`` in the ``name`` images of ``rows``
         (ascending) in their JSON text, without parsing them.
 
-        ``edit(values)`` gets the old values' JSON texts (a string array: a string
-        without escapes, an integer or ``null``) and returns the new ones. Returns the
-        rows whose image holds ``field`` but could not be edited as text (the caller
-        edits those parsed); rows without the field are left alone."""
+        ``edit(values)`` gets the old values' JSON texts (a string array: a string, an
+        integer or ``null``) and returns the new ones. Returns the rows whose image
+        holds ``field`` but could not be edited as text (the caller edits those parsed);
+        rows without the field are left alone."""
         if name in self._parsed or not len(rows):
             return rows
         texts = self.column(name).take(pa.array(rows, pa.int64()))
-        key = _key_text(field)
-        mentioned = pc.fill_null(pc.match_substring(texts, key), False)
-        found = pc.extract_regex(texts, _edit_pattern(key))
-        matched = pc.is_valid(found)
-        left = rows[np.asarray(pc.and_(mentioned, pc.invert(matched))
-                               .to_numpy(zero_copy_only=False), dtype=bool)]
-        hit = np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool)
+        spots = _find_values(texts, field, _EDIT_VALUE)
+        if spots is None:
+            return rows[:0]
+        mentioned, hit, starts, values = spots
         if hit.any():
-            found = found.filter(matched)
-            new = edit(found.field("v"))
-            spliced = _splice(texts.filter(matched), found, new)
+            sub = texts.filter(pa.array(hit))
+            new = edit(values)
+            spliced = _splice(sub, starts, pc.binary_length(values).to_numpy(), new)
             mask = np.zeros(self.num_rows, dtype=bool)
             mask[rows[hit]] = True
             column = pc.replace_with_mask(self.column(name), pa.array(mask), spliced)
             self.batch = self.batch.set_column(self.batch.schema.names.index(name), name,
                                                column)
-        return left
+        return rows[mentioned & ~hit]
 
     def field_values(self, name: str, field: str, rows: np.ndarray | None = None) -> list:
         """The value of top-level ``field`` in the ``name`` image of each row of ``rows``
         (default: all), None where the image is null or lacks it: read from the text
         where a regex can, from parsed images where it cannot."""
         index = np.arange(self.num_rows) if rows is None else rows
+        out: list = [None] * len(index)
         if name in self._parsed:
             images = self.images(name, index)
             return [None if (img := images[i]) is None else img.get(field)
                     for i in index.tolist()]
         texts = self.column(name).take(pa.array(index, pa.int64()))
-        key = _key_text(field)
-        found = pc.extract_regex(texts, _read_pattern(key))
-        matched = pc.is_valid(found)
-        hit = np.asarray(matched.to_numpy(zero_copy_only=False), dtype=bool)
-        out: list = [None] * len(index)
+        spots = _find_values(texts, field, _READ_VALUE)
+        if spots is None:
+            return out
+        mentioned, hit, _, values = spots
         if hit.any():
-            for j, value in zip(np.flatnonzero(hit).tolist(),
-                                parse_json_column(found.field("v").filter(matched))):
+            for j, value in zip(np.flatnonzero(hit).tolist(), parse_json_column(values)):
                 out[j] = value
-        mentioned = pc.fill_null(pc.match_substring(texts, key), False)
-        left = np.flatnonzero(np.asarray(pc.and_(mentioned, pc.invert(matched))
-                                         .to_numpy(zero_copy_only=False), dtype=bool))
+        left = np.flatnonzero(mentioned & ~hit)
         if len(left):
             images = self.images(name, index[left])
             for j, i in zip(left.tolist(), index[left].tolist()):
@@ -248,36 +240,64 @@ def _re2_literal(text: str) -> str:
     return "".join("\\" + c if c in "\\.^$|?*+()[]{}" else c for c in text)
 
 
-# up to a top-level member's key: the object's first, or after a comma with no "{"
-# before it
-_HEAD = r"(?P<h>(?:\{|\{[^{]*?,)%s)"
-# what an edit may replace as text: a string without escapes, an integer, null
-_EDIT_VALUE = r'(?P<v>"[^"\\]*"|-?[1-9][0-9]*|0|null)'
+# what an edit may replace as text: a string, an integer, null
+_EDIT_VALUE = r'"(?:[^"\\]|\\.)*"|-?[1-9][0-9]*|0|null'
 # what a read takes from the text: any string, number, true, false, null
-_READ_VALUE = r'(?P<v>"(?:[^"\\]|\\.)*"|-?[0-9][-+.0-9eE]*|true|false|null)'
+_READ_VALUE = r'"(?:[^"\\]|\\.)*"|-?[0-9][-+.0-9eE]*|true|false|null'
 
 
-def _edit_pattern(key: str) -> str:
-    return "(?s)^" + _HEAD % _re2_literal(key) + _EDIT_VALUE + "[,}]"
+def _offsets(texts: pa.Array) -> np.ndarray:
+    return np.frombuffer(texts.buffers()[1], dtype=np.int32)[texts.offset:texts.offset + len(texts) + 1]
 
 
-def _read_pattern(key: str) -> str:
-    return "(?s)^" + _HEAD % _re2_literal(key) + _READ_VALUE + "[,}]"
+def _find_values(texts: pa.Array, field: str, value_pattern: str):
+    """Where top-level ``field``'s value is in each JSON text, found without parsing.
 
-
-def _splice(texts: pa.Array, found: pa.StructArray, new: pa.Array) -> pa.Array:
-    """Each text with its value ``found["v"]``, which follows ``found["h"]`` from the
-    text's start, replaced by ``new``. The texts are cut (without copying) into head,
-    old value and tail; the old values are swapped for the new; each three are joined."""
-    n = len(texts)
+    None when no text holds the key, else (mentioned, hit, starts, values): per text,
+    does ``"field":`` follow ``{`` or ``,`` in it; is that the top-level member (no
+    ``{`` between the text's first character and it) with a value ``value_pattern``
+    matches; and, for the hits, the value's byte offset in its text and its JSON text.
+    Each text is cut (without copying) into its first character, the rest up to the
+    key, and the rest from the key on: Arrow then looks for a ``{`` in the middle
+    pieces and runs one regex anchored at the key, over the key and value only."""
     if texts.type != pa.string():
         texts = texts.cast(pa.string())
-    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int32)[texts.offset:texts.offset + n + 1]
-    value_start = offsets[:-1] + pc.binary_length(found.field("h")).to_numpy()
+    key = _key_text(field)
+    first = pc.fill_null(pc.starts_with(texts, "{" + key), False).to_numpy(zero_copy_only=False)
+    later = pc.fill_null(pc.find_substring(texts, "," + key), -1).to_numpy(zero_copy_only=False)
+    at = np.where(first, 1, np.where(later >= 0, later + 1, -1)).astype(np.int32)
+    mentioned = at >= 0
+    if not mentioned.any():
+        return None
+    n = len(texts)
+    offsets = _offsets(texts)
     cuts = np.empty(3 * n + 1, dtype=np.int32)
     cuts[0:3 * n:3] = offsets[:-1]
-    cuts[1::3] = value_start
-    cuts[2::3] = value_start + pc.binary_length(found.field("v")).to_numpy()
+    cuts[1::3] = np.minimum(offsets[:-1] + 1, offsets[1:])
+    cuts[2::3] = np.where(mentioned, offsets[:-1] + at, offsets[1:])
+    cuts[3 * n] = offsets[-1]
+    pieces = pa.StringArray.from_buffers(3 * n, pa.py_buffer(cuts), texts.buffers()[2])
+    middle = pieces.take(pa.array(np.arange(1, 3 * n, 3)))
+    flat = pc.equal(pc.find_substring(middle, "{"), -1).to_numpy(zero_copy_only=False)
+    tails = pieces.take(pa.array(np.arange(2, 3 * n, 3)))
+    found = pc.extract_regex(tails, "(?s)^" + _re2_literal(key) + "(?P<v>" + value_pattern
+                             + ")[,}]")
+    hit = mentioned & flat & pc.is_valid(found).to_numpy(zero_copy_only=False)
+    values = found.filter(pa.array(hit)).field("v")
+    starts = at[hit] + len(key.encode())
+    return mentioned, hit, starts, values
+
+
+def _splice(texts: pa.Array, starts: np.ndarray, lengths: np.ndarray, new: pa.Array) -> pa.Array:
+    """Each text with ``lengths`` bytes from byte ``starts`` replaced by ``new``: the
+    texts are cut (without copying) into head, old value and tail, the old values are
+    swapped for the new, and each three are joined."""
+    n = len(texts)
+    offsets = _offsets(texts)
+    cuts = np.empty(3 * n + 1, dtype=np.int32)
+    cuts[0:3 * n:3] = offsets[:-1]
+    cuts[1::3] = offsets[:-1] + starts
+    cuts[2::3] = offsets[:-1] + starts + lengths
     cuts[3 * n] = offsets[-1]
     pieces = pa.StringArray.from_buffers(3 * n, pa.py_buffer(cuts), texts.buffers()[2])
     middle = np.zeros(3 * n, dtype=bool)

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.envelope.model import ROW_OPS
 from mysqlcdc.transforms.api import Transform, TransformContext
-from mysqlcdc.transforms.batch import IMAGE_COLUMNS, ColumnPattern, EventBatch
+from mysqlcdc.transforms.batch import IMAGE_COLUMNS, ColumnPattern, EventBatch, parse_json_column
 from mysqlcdc.transforms.expressions import Expression, Ref, evaluate, evaluate_values, parse
 
 __all__ = ["Mask", "Hash", "Truncate", "DropColumns", "Rename", "Filter", "Route", "AddField",
@@ -125,8 +125,8 @@ class _ColumnEdit(Transform):
             image[f] = value
         events.changed(column)
 
-    # editing JSON text: ``json_values`` maps old values' JSON texts (strings without
-    # escapes, integers, null) to new ones; only for edits whose output needs no escaping
+    # editing JSON text: ``json_values`` maps old values' JSON texts (strings, integers,
+    # null) to new ones, written as orjson writes them
     text_safe = True
 
     def json_values(self, values: pa.Array) -> pa.Array:
@@ -134,16 +134,29 @@ class _ColumnEdit(Transform):
 
 
 def _json_texts(values: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """JSON texts of simple values -> (their text as ``_text`` gives it, is-a-string)."""
+    """JSON texts of simple values (strings, integers, null) -> (their text as ``_text``
+    gives it, is-a-string). Strings with escapes are decoded by orjson, the rest by
+    slicing off their quotes."""
     is_string = pc.starts_with(values, '"')
     inner = pc.utf8_slice_codeunits(values, 1, -1)
     bare = pc.if_else(pc.equal(values, "null"), pa.scalar(None, pa.string()), values)
-    return pc.if_else(is_string, inner, bare), is_string
+    text = pc.if_else(is_string, inner, bare)
+    escaped = pc.match_substring(values, "\\")          # only a string can hold one
+    if pc.any(escaped).as_py():
+        decoded = parse_json_column(values.filter(escaped))
+        text = pc.replace_with_mask(text, escaped, pa.array(decoded, pa.string()))
+    return text, is_string
 
 
 def _quoted(texts: pa.Array) -> pa.Array:
-    """Texts that need no escaping -> JSON strings; null -> ``null``."""
-    return pc.fill_null(pc.binary_join_element_wise('"', texts, '"', ""), "null")
+    """Texts -> JSON strings as orjson writes them (null -> ``null``): quoted as they are
+    unless they hold a quote, a backslash or a control character, which orjson escapes."""
+    out = pc.binary_join_element_wise('"', texts, '"', "")
+    needs = pc.fill_null(pc.match_substring_regex(texts, r'["\\\x00-\x1f]'), False)
+    if pc.any(needs).as_py():
+        encoded = [orjson.dumps(t).decode() for t in texts.filter(needs).to_pylist()]
+        out = pc.replace_with_mask(out, needs, pa.array(encoded, pa.string()))
+    return pc.fill_null(out, "null")
 
 
 def _text(v) -> str | None:
@@ -170,8 +183,6 @@ class Mask(_ColumnEdit):
                  keep_last: int | None = None, char: str = "*") -> None:
         super().__init__(columns)
         self.stars, self.keep_last, self.char = stars, keep_last, char
-        # a mask character JSON must escape keeps this transform on parsed images
-        self.text_safe = all(c >= " " and c not in '"\\' for c in char)
 
     def new_values(self, values: list) -> list:
         return self._masked(_texts(values)).to_pylist()
