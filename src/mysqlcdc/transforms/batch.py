@@ -9,8 +9,9 @@ are picked with Arrow kernels (by table, by op), never by a Python test per row.
 
 Most built-ins touch one or two fields of a wide image, so before parsing whole images
 they try the text itself (:meth:`EventBatch.edit_field`, :meth:`EventBatch.field_values`):
-one Arrow regex finds a named top-level field's value in every image at once, and an
-edit splices the new value's JSON text in its place. This works because the envelope's
+a substring search and one regex anchored at the key find a named top-level field's
+value in every image at once (:func:`_find_values`), and an edit splices the new value's
+JSON text in its place (:func:`_splice`). This works because the envelope's
 images are compact JSON objects (no whitespace, a quote inside a string always
 escaped): ``{"KEY":`` or ``,"KEY":`` with no ``{`` before it can only be that top-level
 key. An image the regex cannot answer for (a ``{`` in the text before the key, or a
@@ -95,18 +96,6 @@ class EventBatch:
         return pc.fill_null(mask, False)
 
     # --- images -----------------------------------------------------------------
-
-    def mentions(self, name: str, rows: np.ndarray, fields: Iterable[str]) -> np.ndarray:
-        """Per row of ``rows``: does its ``name`` image text hold one of ``fields`` as a key?
-        (An Arrow substring test: an image without it needs no parsing.)"""
-        texts = self.column(name).take(pa.array(rows, pa.int64()))
-        hit = None
-        for field in fields:
-            found = pc.match_substring(texts, _dumps(field).decode() + ":")
-            hit = found if hit is None else pc.or_(hit, found)
-        if hit is None:
-            return np.zeros(len(rows), dtype=bool)
-        return np.asarray(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), dtype=bool)
 
     def is_parsed(self, name: str) -> bool:
         """Have images of column ``name`` been parsed (then edits go through the dicts)?"""

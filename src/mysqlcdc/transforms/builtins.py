@@ -84,14 +84,10 @@ class _ColumnEdit(Transform):
             for n in distinct:
                 for f in pattern.names_for(n):
                     by_field.setdefault(f, []).append(rows[of_name == n])
-        text_edit = self.json_values if self.text_safe else None
         left = []
         for f, parts in by_field.items():
             frows = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
-            if text_edit is not None:
-                frows = events.edit_field(column, frows, f, text_edit)
-            else:
-                frows = frows[events.mentions(column, frows, (f,))]
+            frows = events.edit_field(column, frows, f, self.json_values)
             if len(frows):
                 left.append((frows, None, f))
         if left:
@@ -127,8 +123,6 @@ class _ColumnEdit(Transform):
 
     # editing JSON text: ``json_values`` maps old values' JSON texts (strings, integers,
     # null) to new ones, written as orjson writes them
-    text_safe = True
-
     def json_values(self, values: pa.Array) -> pa.Array:
         raise NotImplementedError
 
