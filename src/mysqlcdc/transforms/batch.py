@@ -132,11 +132,11 @@ class EventBatch:
         (default: all), None where the image is null or lacks it: read from the text
         where a regex can, from parsed images where it cannot."""
         index = np.arange(self.num_rows) if rows is None else rows
-        out: list = [None] * len(index)
         if name in self._parsed:
             images = self.images(name, index)
             return [None if (img := images[i]) is None else img.get(field)
                     for i in index.tolist()]
+        out: list = [None] * len(index)
         texts = self.column(name).take(pa.array(index, pa.int64()))
         spots = _find_values(texts, field, _READ_VALUE)
         if spots is None:
@@ -239,6 +239,19 @@ def _offsets(texts: pa.Array) -> np.ndarray:
     return np.frombuffer(texts.buffers()[1], dtype=np.int32)[texts.offset:texts.offset + len(texts) + 1]
 
 
+def _cut(texts: pa.Array, a: np.ndarray, b: np.ndarray) -> pa.StringArray:
+    """Each text cut at its byte offsets ``a`` <= ``b`` into three pieces (text[:a],
+    text[a:b], text[b:]), as one string array over the same bytes: nothing is copied."""
+    offsets = _offsets(texts)
+    n = len(texts)
+    cuts = np.empty(3 * n + 1, dtype=np.int32)
+    cuts[0:3 * n:3] = offsets[:-1]
+    cuts[1::3] = offsets[:-1] + a
+    cuts[2::3] = offsets[:-1] + b
+    cuts[3 * n] = offsets[-1]
+    return pa.StringArray.from_buffers(3 * n, pa.py_buffer(cuts), texts.buffers()[2])
+
+
 def _find_values(texts: pa.Array, field: str, value_pattern: str):
     """Where top-level ``field``'s value is in each JSON text, found without parsing.
 
@@ -249,8 +262,6 @@ def _find_values(texts: pa.Array, field: str, value_pattern: str):
     Each text is cut (without copying) into its first character, the rest up to the
     key, and the rest from the key on: Arrow then looks for a ``{`` in the middle
     pieces and runs one regex anchored at the key, over the key and value only."""
-    if texts.type != pa.string():
-        texts = texts.cast(pa.string())
     key = _key_text(field)
     first = pc.fill_null(pc.starts_with(texts, "{" + key), False).to_numpy(zero_copy_only=False)
     later = pc.fill_null(pc.find_substring(texts, "," + key), -1).to_numpy(zero_copy_only=False)
@@ -259,13 +270,8 @@ def _find_values(texts: pa.Array, field: str, value_pattern: str):
     if not mentioned.any():
         return None
     n = len(texts)
-    offsets = _offsets(texts)
-    cuts = np.empty(3 * n + 1, dtype=np.int32)
-    cuts[0:3 * n:3] = offsets[:-1]
-    cuts[1::3] = np.minimum(offsets[:-1] + 1, offsets[1:])
-    cuts[2::3] = np.where(mentioned, offsets[:-1] + at, offsets[1:])
-    cuts[3 * n] = offsets[-1]
-    pieces = pa.StringArray.from_buffers(3 * n, pa.py_buffer(cuts), texts.buffers()[2])
+    lengths = np.diff(_offsets(texts))
+    pieces = _cut(texts, np.minimum(1, lengths), np.where(mentioned, at, lengths))
     middle = pieces.take(pa.array(np.arange(1, 3 * n, 3)))
     flat = pc.equal(pc.find_substring(middle, "{"), -1).to_numpy(zero_copy_only=False)
     tails = pieces.take(pa.array(np.arange(2, 3 * n, 3)))
@@ -282,13 +288,7 @@ def _splice(texts: pa.Array, starts: np.ndarray, lengths: np.ndarray, new: pa.Ar
     texts are cut (without copying) into head, old value and tail, the old values are
     swapped for the new, and each three are joined."""
     n = len(texts)
-    offsets = _offsets(texts)
-    cuts = np.empty(3 * n + 1, dtype=np.int32)
-    cuts[0:3 * n:3] = offsets[:-1]
-    cuts[1::3] = offsets[:-1] + starts
-    cuts[2::3] = offsets[:-1] + starts + lengths
-    cuts[3 * n] = offsets[-1]
-    pieces = pa.StringArray.from_buffers(3 * n, pa.py_buffer(cuts), texts.buffers()[2])
+    pieces = _cut(texts, starts, starts + lengths)
     middle = np.zeros(3 * n, dtype=bool)
     middle[1::3] = True
     pieces = pc.replace_with_mask(pieces, pa.array(middle), new)

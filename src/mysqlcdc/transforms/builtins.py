@@ -75,15 +75,10 @@ class _ColumnEdit(Transform):
         # plain column names: each field's rows are edited in their JSON text where a
         # regex can (one Arrow pass per field); the rest are parsed and edited as dicts
         by_field: dict[str, list[np.ndarray]] = {}
-        distinct = set(names)
-        if len(distinct) == 1:
-            for f in pattern.names_for(names[0]):
-                by_field.setdefault(f, []).append(rows)
-        else:
-            of_name = np.array(names, dtype=object)
-            for n in distinct:
-                for f in pattern.names_for(n):
-                    by_field.setdefault(f, []).append(rows[of_name == n])
+        of_name = np.array(names, dtype=object)
+        for n in set(names):
+            for f in pattern.names_for(n):
+                by_field.setdefault(f, []).append(rows[of_name == n])
         left = []
         for f, parts in by_field.items():
             frows = parts[0] if len(parts) == 1 else np.sort(np.concatenate(parts))
