@@ -23,15 +23,28 @@ def _settings(kafka, prefix: str, **extra) -> KafkaSettings:
     return KafkaSettings(producer={"bootstrap.servers": kafka.bootstrap}, prefix=prefix, **options)
 
 
-def _run(spark, source_options, tmp_path, settings, *, write_tasks=3, **source) -> None:
-    df = spark.readStream.format("mysqlcdc").options(**source_options(**source)).load()
+def _run(spark, source_options, tmp_path, settings, *, write_tasks=3, in_tasks=False,
+         **source) -> None:
+    """``in_tasks``: the read tasks publish (what `mysqlcdc run` does), else write tasks."""
+    df = _changes_df(spark, source_options(**source), settings, in_tasks)
     query = start_kafka(df, settings, checkpoint=str(tmp_path / "ck"),
-                        trigger_interval="200 milliseconds", write_tasks=write_tasks)
+                        trigger_interval="200 milliseconds", write_tasks=write_tasks,
+                        written=in_tasks)
     try:
         query.processAllAvailable()
     finally:
         query.stop()
     assert query.exception() is None
+
+
+def _changes_df(spark, options: dict, settings: KafkaSettings, in_tasks: bool):
+    """The source's stream; ``in_tasks``: with the sink's task writer (its read tasks publish)."""
+    if in_tasks:
+        from mysqlcdc.sinks.kafka import task_writer
+        from mysqlcdc.spark.taskwrite import writer_option
+
+        options = {**options, **writer_option(task_writer(settings))}
+    return spark.readStream.format("mysqlcdc").options(**options).load()
 
 
 def _messages(kafka, topic: str) -> dict[int, list]:
@@ -58,19 +71,23 @@ def _updates_workload(mariadb, db: str, keys: int, txns: int) -> dict[int, list[
 
 
 # 3 write tasks after a shuffle by key, batches planned by the driver's walk; one write
-# task (no shuffle), batches cut by the read tasks into slices of a few kB
-@pytest.mark.parametrize("write_tasks,planning", [
-    (3, {"planning": "driver"}), (1, {"minSliceBytes": 2000})])
+# task (no shuffle), batches cut by the read tasks into slices of a few kB; then the read
+# tasks publishing: two slices per batch share keys (their messages go through 3 write
+# tasks), or one task per batch publishes alone
+@pytest.mark.parametrize("write_tasks,planning,in_tasks,parallelism", [
+    (3, {"planning": "driver"}, False, 2), (1, {"minSliceBytes": 2000}, False, 2),
+    (3, {"minSliceBytes": 2000}, True, 2), (3, {}, True, 1)])
 def test_per_key_order_over_many_keys_and_partitions(spark, mariadb, kafka, fresh_db,
                                                      source_options, tmp_path, write_tasks,
-                                                     planning):
+                                                     planning, in_tasks, parallelism):
     start = binlog_position(mariadb)
     history = _updates_workload(mariadb, fresh_db, keys=300, txns=150)
     end = binlog_position(mariadb)
     settings = _settings(kafka, fresh_db, partitions=5, transaction_topic="{prefix}.txns")
     _run(spark, source_options, tmp_path, settings, startingPosition=str(start),
-         include=f"{fresh_db}.k", parallelism=2, maxEventsPerBatch=400,
+         include=f"{fresh_db}.k", parallelism=parallelism, maxEventsPerBatch=400,
          write_tasks=write_tasks, schemaHistory=str(tmp_path / "ck" / "mysqlcdc-schema"),
+         in_tasks=in_tasks,
          **planning)     # where `mysqlcdc run` keeps it: the commit log finds the batch ends
 
     parts = _messages(kafka, f"{fresh_db}.{fresh_db}.k")
@@ -251,8 +268,9 @@ def test_sigkill_mid_stream_then_restart_loses_nothing(mariadb, kafka, fresh_db,
     assert read_last_commit(settings).position == binlog_position(mariadb)
 
 
+@pytest.mark.parametrize("in_tasks", [False, True], ids=["write-tasks", "read-tasks"])
 def test_broker_outage_mid_stream_loses_nothing_after_it_returns(
-        spark, mariadb, fresh_db, source_options, tmp_path):
+        spark, mariadb, fresh_db, source_options, tmp_path, in_tasks):
     import os
 
     from tests.support.kafka import Broker
@@ -261,20 +279,20 @@ def test_broker_outage_mid_stream_loses_nothing_after_it_returns(
         pytest.skip("kills its broker: runs only on a private Tansu")
     broker = Broker().start()
     try:
-        _outage(spark, mariadb, fresh_db, source_options, tmp_path, broker)
+        _outage(spark, mariadb, fresh_db, source_options, tmp_path, broker, in_tasks)
     finally:
         broker.kill()
 
 
-def _outage(spark, mariadb, fresh_db, source_options, tmp_path, broker) -> None:
+def _outage(spark, mariadb, fresh_db, source_options, tmp_path, broker, in_tasks) -> None:
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.item (id INT PRIMARY KEY, body VARCHAR(20))")
     start = binlog_position(mariadb)
     settings = _settings(broker, fresh_db, partitions=3, delivery_timeout_s=3,
                          delivery_attempts=40)
-    df = spark.readStream.format("mysqlcdc").options(
-        **source_options(startingPosition=str(start), include=f"{fresh_db}.item")).load()
+    df = _changes_df(spark, source_options(startingPosition=str(start),
+                                           include=f"{fresh_db}.item"), settings, in_tasks)
     query = start_kafka(df, settings, checkpoint=str(tmp_path / "ck"),
-                        trigger_interval="200 milliseconds", write_tasks=2)
+                        trigger_interval="200 milliseconds", write_tasks=2, written=in_tasks)
     topic = f"{fresh_db}.{fresh_db}.item"
     try:
         _inserts_and_updates(mariadb, fresh_db, range(1, 101))

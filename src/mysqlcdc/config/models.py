@@ -650,15 +650,17 @@ class KafkaSinkConfig(_SinkModel):
     sort_memory_mb: int = Field(
         128,
         ge=1,
-        description="Memory (MB) each write task orders its rows by `seq` in; a larger "
-        "micro-batch (one big transaction is one) is sorted in runs spilled to local disk.",
+        description="Memory (MB) each write task orders its rows by `seq` in, where the sink "
+        "runs write tasks (a chain with an ordered stage); a larger micro-batch (one big "
+        "transaction is one) is sorted in runs spilled to local disk.",
     )
     write_tasks: int | None = Field(
         None,
         ge=1,
-        description="Spark tasks that produce each batch (rows are spread by key). Null: "
-        "`spark.sql.shuffle.partitions`. 1: no shuffle at all (the read tasks' rows go to "
-        "the one producer task as they are; the low-latency setting).",
+        description="Spark tasks that produce the messages of a batch whose read tasks may "
+        "share keys (parallel slices, a backfill beside the stream; rows are spread by key). "
+        "Other batches are published by their read tasks. Null: "
+        "`spark.sql.shuffle.partitions`. 1: no shuffle (one producer task).",
     )
     producer_config: dict[str, SparkConfValue] = Field(
         default_factory=dict,

@@ -83,9 +83,10 @@ _RAW = ("before", "after", "key", "moved_key")
 _NEEDS_ESCAPE = r'["\\\x00-\x1f\x7f]'
 
 
-def envelope_json_lines(batch: pa.RecordBatch) -> pa.Array:
-    """``envelope_json`` of every row of an envelope batch, each ending in a newline, built
-    column by column by Arrow (the same text, no Python object per value)."""
+def envelope_json_lines(batch: pa.RecordBatch, newline: bool = True) -> pa.Array:
+    """``envelope_json`` of every row of an envelope batch, each ending in a newline (unless
+    ``newline`` is false), built column by column by Arrow (the same text, no Python object
+    per value)."""
     cols = {}
     for name in _TEXT:
         cols[name] = _json_text(batch.column(name))
@@ -100,7 +101,7 @@ def envelope_json_lines(batch: pa.RecordBatch) -> pa.Array:
         parts.append(cols[name])
         if name == "seq":
             parts.append('"')
-    parts.append("}\n")
+    parts.append("}\n" if newline else "}")
     return pc.binary_join_element_wise(*parts, "")
 
 

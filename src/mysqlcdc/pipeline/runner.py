@@ -267,19 +267,23 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
                                 name=name, written=written)
             queries.append(q)
             continue
-        df = _load(spark, cfg, index, options, history)[0]
-        if isinstance(sink, ConsoleSinkConfig):
-            q = start_console(df, checkpoint=checkpoint, trigger_interval=trigger,
-                              max_rows=sink.max_rows, truncate=sink.truncate, name=name)
-        elif isinstance(sink, KafkaSinkConfig):
-            from mysqlcdc.sinks.kafka import from_sink_config, start_kafka
+        if isinstance(sink, KafkaSinkConfig):
+            from mysqlcdc.sinks.kafka import from_sink_config, start_kafka, task_writer
 
             if history is None and sink.format == "debezium":
                 raise ConfigError(f"sink {index} (kafka, format debezium) needs a local "
                                   "spark.checkpoint: it reads column types from the schema "
                                   "history kept there")
-            q = start_kafka(df, from_sink_config(sink, cfg.name, history), checkpoint=checkpoint,
-                            trigger_interval=trigger, write_tasks=sink.write_tasks, name=name)
+            settings = from_sink_config(sink, cfg.name, history)
+            df, written = _load(spark, cfg, index, options, history, task_writer(settings))
+            queries.append(start_kafka(df, settings, checkpoint=checkpoint,
+                                       trigger_interval=trigger, write_tasks=sink.write_tasks,
+                                       name=name, written=written is not None))
+            continue
+        df = _load(spark, cfg, index, options, history)[0]
+        if isinstance(sink, ConsoleSinkConfig):
+            q = start_console(df, checkpoint=checkpoint, trigger_interval=trigger,
+                              max_rows=sink.max_rows, truncate=sink.truncate, name=name)
         elif isinstance(sink, MirrorSinkConfig):
             from mysqlcdc.sinks.mirror import from_sink_config as mirror_settings, start_mirror
 

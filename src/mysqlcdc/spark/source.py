@@ -77,11 +77,14 @@ def _position(offset: dict) -> BinlogPosition:
 
 
 class RangePartition(InputPartition):
-    """One read task: a picklable RangeTask, the seq epoch and where to count rows."""
+    """One read task: a picklable RangeTask, the seq epoch and where to count rows.
+    ``shares_keys``: another task of the same batch may hold changes of the same keys
+    (see :func:`_mark_shared`)."""
 
     def __init__(self, task: RangeTask, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(task)
         self.task, self.epoch, self.counts = task, epoch, counts
+        self.shares_keys = False
 
 
 class ChunkPartition(InputPartition):
@@ -91,6 +94,23 @@ class ChunkPartition(InputPartition):
     def __init__(self, chunk, epoch: int = 0, counts: str | None = None) -> None:
         super().__init__(chunk)
         self.chunk, self.epoch, self.counts = chunk, epoch, counts
+        self.shares_keys = False
+
+
+def _mark_shared(parts: list) -> list:
+    """Mark the partitions of a batch whose tasks may hold changes of the same key: a
+    sink publishing in its read tasks (decision 20) must then leave each key's order to
+    a step that sees the whole batch. A batch's only task shares with nobody, nor do
+    snapshot chunks among themselves (a chunk is a key range of one table, or a whole
+    table); range slices do (a key changes in several), and so do chunks beside a range
+    or the records that open a new snapshot."""
+    from mysqlcdc.capture.snapshot import ChunkTask
+
+    if len(parts) > 1 and not all(isinstance(getattr(p, "chunk", None), ChunkTask)
+                                  for p in parts):
+        for p in parts:
+            p.shares_keys = True
+    return parts
 
 
 def _read_chunk(chunk) -> Iterator[pa.RecordBatch]:
@@ -303,7 +323,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         chunks = [ChunkPartition(c, epoch, counts) for c in self._through_outages(
             lambda p: self._snapshot.tasks(end))]
         if not self._snapshot.streams(end):
-            return chunks                       # a new snapshot: the range was purged
+            return _mark_shared(chunks)         # a new snapshot: the range was purged
         try:
             tasks = self._through_outages(lambda p: p.plan_tasks(start, end))
         except BinlogPurgedError:
@@ -311,8 +331,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise
             log.warning("the binlog of %s..%s was purged before this batch read it; the "
                         "next batch snapshots the tables again", start, end)
-            return chunks
-        return chunks + [RangePartition(t, epoch, counts) for t in self._tapped(tasks)]
+            return _mark_shared(chunks)
+        return _mark_shared(chunks + [RangePartition(t, epoch, counts)
+                                      for t in self._tapped(tasks)])
 
     def _tapped(self, tasks: list[RangeTask]) -> list[RangeTask]:
         """The range tasks, handing the signal table's rows to the driver."""
@@ -328,7 +349,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [replace(t, signals=tap) for t in tasks]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _written(self.writer, _transformed(self.chain, _read(partition)))
+        return _written(self.writer, _transformed(self.chain, _read(partition)), partition)
 
     def commit(self, end: dict) -> None:
         pass   # progress lives in Spark's checkpoint; nothing to release server-side
@@ -357,12 +378,12 @@ class MysqlcdcBatchReader(DataSourceReader):
                 return []
             tasks = retry.call(lambda: planner.tasks(start, end), self.options.retry,
                                self.options.settings.address, on_retry=planner.drop_connection)
-            return [RangePartition(t) for t in tasks]
+            return _mark_shared([RangePartition(t) for t in tasks])
         finally:
             planner.close()
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _written(self.writer, _transformed(self.chain, _read(partition)))
+        return _written(self.writer, _transformed(self.chain, _read(partition)), partition)
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -388,6 +409,13 @@ def _transformed(chain, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Record
     return run_in_task(chain, 0, batches)
 
 
-def _written(writer, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The task's batches, or what the sink's task writer yields after writing them."""
-    return batches if writer is None else writer.write(batches)
+def _written(writer, batches: Iterator[pa.RecordBatch],
+             partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The task's batches, or what the sink's task writer yields after writing them. A
+    writer that keeps each key's order (``keeps_key_order``) is told whether the task
+    shares keys with another of its batch."""
+    if writer is None:
+        return batches
+    if getattr(writer, "keeps_key_order", False):
+        return writer.write(batches, shares_keys=getattr(partition, "shares_keys", False))
+    return writer.write(batches)

@@ -229,3 +229,38 @@ def test_value_and_headers_columns_replace_the_format_where_a_row_sets_them():
     assert dict(hdrs)["seq"] == str(SEQ).encode()          # the sink's own headers stay
     plain = {**ROW, "message_value": None, "message_headers": None}
     assert encode(plain) == (encode_key(ROW), mysqlcdc_value(ROW), headers(ROW))
+
+
+def _envelope_batch(rows: list[dict]):
+    import pyarrow as pa
+
+    from mysqlcdc.envelope.model import ARROW_SCHEMA
+
+    return pa.RecordBatch.from_pylist([{**dict.fromkeys(ARROW_SCHEMA.names), **r} for r in rows],
+                                      schema=ARROW_SCHEMA)
+
+
+def test_a_batchs_messages_built_by_column_equal_the_row_encoders():
+    from mysqlcdc.sinks.kafka.publish import batch_messages, row_encoder
+    from mysqlcdc.sinks.kafka.topics import TopicRouter
+
+    rows = [ROW,
+            {**ROW, "op": "c", "before": None, "gtid": None, "db": 'we"ird\\db', "row": 0,
+             "table": "täble\n", "txn_id": "f:1", "seq": Decimal(make_seq(12, 4, 0))},
+            {**ROW, "op": "d", "after": None, "moved_key": '{"id":2}', "query": "x\x01\"y"},
+            {**ROW, "op": "c", "before": None, "moved_key": '{"id":1}', "key": None},
+            {**ROW, "op": "t", "before": None, "after": None, "key": None, "file": None,
+             "pos": None, "row": None, "ts_ms": None}]
+    for tombstones in (None, False):
+        settings = KafkaSettings(producer={"bootstrap.servers": "b"}, tombstones=tombstones)
+        batch = _envelope_batch(rows)
+        topics, keys, values, hdrs, after = batch_messages(settings, batch)
+        encode, router = row_encoder(settings), TopicRouter(settings)
+        for i, row in enumerate(batch.to_pylist()):
+            assert (keys[i], values[i], hdrs[i]) == encode(row)
+            assert topics[i] == router.topic(row)
+            assert after[i] == (settings.send_tombstones and row["op"] == "d")
+    # what the column path does not cover goes row by row
+    for other in ({"format": "debezium"}, {"value_column": "v"}, {"topic_column": "t"}):
+        settings = KafkaSettings(producer={"bootstrap.servers": "b"}, **other)
+        assert batch_messages(settings, _envelope_batch(rows)) is None

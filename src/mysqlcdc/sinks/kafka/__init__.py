@@ -11,7 +11,7 @@ from mysqlcdc.sinks.kafka.commitlog import CommitRecord, read_last_commit
 from mysqlcdc.sinks.kafka.settings import KafkaSettings, from_sink_config
 
 __all__ = ["KafkaSettings", "CommitRecord", "start_kafka", "register", "read_last_commit",
-           "from_sink_config", "FORMAT"]
+           "from_sink_config", "task_writer", "FORMAT"]
 
 FORMAT = "mysqlcdc-kafka"
 
@@ -23,10 +23,21 @@ def register(spark) -> None:
     spark.dataSource.register(KafkaDataSource)
 
 
+def task_writer(settings: KafkaSettings):
+    """The writer the source's read tasks run to publish themselves (DESIGN.md decision
+    20, amended; :mod:`.tasks`)."""
+    from mysqlcdc.sinks.kafka.tasks import TaskPublisher
+
+    return TaskPublisher(settings)
+
+
 def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
                 trigger_interval: str = "1 second", write_tasks: int | None = None,
-                name: str | None = None, available_now: bool = False):
+                name: str | None = None, available_now: bool = False, written: bool = False):
     """Start the query publishing ``df`` (envelope rows) to Kafka.
+
+    ``written``: ``df`` is what :func:`task_writer` yields in the read tasks, which
+    published their rows; the query publishes what they left and the commit records.
 
     Rows are spread over ``write_tasks`` tasks by ``db``, ``table`` and ``key`` (default
     ``spark.sql.shuffle.partitions``), so every change of a key is published by one task,
@@ -37,6 +48,17 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
     """
     register(df.sparkSession)
     tasks = write_tasks or int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    if written:
+        from dataclasses import replace
+
+        from mysqlcdc.sinks.kafka.writer import task_batch_committer
+
+        writer = (df.writeStream.foreachBatch(task_batch_committer(
+            replace(settings, checkpoint=checkpoint), tasks))
+            .option("checkpointLocation", checkpoint))
+        writer = (writer.trigger(availableNow=True) if available_now
+                  else writer.trigger(processingTime=trigger_interval))
+        return (writer.queryName(name) if name else writer).start()
     if settings.transaction_orders:
         from mysqlcdc.sinks.kafka.txnorder import with_transaction_orders
 

@@ -37,7 +37,11 @@ class CheckedProducer:
 
     def __init__(self, config: dict[str, str]) -> None:
         self.failure: KafkaError | None = None
-        self._producer = Producer({**config, "error_cb": self._on_error})
+        # reports of failed deliveries only: a message leaves the queue either delivered or
+        # with its failure's report, so an empty queue after flush and no failure report is
+        # every message delivered (and no Python callback runs per delivered message)
+        self._producer = Producer({**config, "delivery.report.only.error": True,
+                                   "error_cb": self._on_error})
 
     def _on_error(self, err: KafkaError) -> None:
         # After all brokers were down, acknowledgements of this producer cannot be trusted:
@@ -62,6 +66,19 @@ class CheckedProducer:
             except BufferError:          # local queue full: let deliveries drain
                 self._serve(self._producer.poll, 0.05)
             self._check()
+
+    def send_all(self, topics: list[str], keys: list, values: list, headers: list,
+                 tombstones: list[bool]) -> None:
+        """:meth:`send` of every message in order, each flagged one followed by a tombstone
+        (its key, no value)."""
+        produce, report = self._producer.produce, self._on_delivery
+        for topic, key, value, hdrs, tombstone in zip(topics, keys, values, headers, tombstones):
+            try:
+                produce(topic, value, key, headers=hdrs, on_delivery=report)
+            except BufferError:
+                self.send(topic, key, value, hdrs)
+            if tombstone:
+                self.send(topic, key, None, hdrs)
 
     def finish(self, timeout_s: float) -> None:
         """Wait for every delivery report; raise unless all succeeded."""

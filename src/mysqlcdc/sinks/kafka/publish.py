@@ -16,6 +16,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mysqlcdc.envelope.model import ENVELOPE_FIELDS, envelope_json_lines
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.sinks.kafka.commitlog import CommitRecord
@@ -30,7 +34,8 @@ from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.topics import TopicRouter, ensure_topics, forget_topics
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["publish_rows", "publish_commit", "row_encoder", "HistoryDefinitions"]
+__all__ = ["publish_rows", "publish_batch", "publish_commit", "row_encoder", "HistoryDefinitions",
+           "batch_messages", "send_messages"]
 
 Encode = Callable[[dict], tuple[bytes | None, bytes, list]]
 
@@ -74,6 +79,98 @@ def publish_rows(settings: KafkaSettings, rows: list[dict], encode: Encode | Non
     tally = tally_transactions(changes) if settings.transaction_topic else {}
     schema_rows = [r for r in rows if r["op"] == "s"] if settings.schema_change_topic else []
     return tally, schema_rows
+
+
+def publish_batch(settings: KafkaSettings, batch: pa.RecordBatch, encode: Encode | None = None
+                  ) -> tuple[dict[str, TxnTally], list[dict], Encode | None]:
+    """:func:`publish_rows` for one record batch (rows in seq order), and the encoder used
+    (a task makes one for all its batches). In the ``mysqlcdc`` format, with the topic
+    from the template and no value or headers column, the messages are built a column at
+    a time (:func:`batch_messages`): no Python dict per row."""
+    if not batch.num_rows:
+        return {}, [], encode
+    is_schema = pc.equal(batch.column("op"), "s")
+    has_schema = bool(pc.any(is_schema).as_py())
+    schema_rows = batch.filter(is_schema).to_pylist() \
+        if has_schema and settings.schema_change_topic else []
+    changes = batch.filter(pc.invert(is_schema)) if has_schema else batch
+    messages = batch_messages(settings, changes)
+    if messages is None:
+        rows = changes.to_pylist()
+        encode = encode or row_encoder(settings)
+        if rows:
+            with_retries(settings, "publishing a batch",
+                         lambda: _send_all(settings, rows, encode), lambda: _reset(settings))
+        return (tally_transactions(rows) if settings.transaction_topic else {}), schema_rows, \
+            encode
+    if changes.num_rows:
+        send_messages(settings, *messages)
+    tally = {}
+    if settings.transaction_topic:
+        tally = tally_transactions(changes.select(
+            ["op", "txn_id", "seq", "ts_ms", "db", "table"]).to_pylist())
+    return tally, schema_rows, encode
+
+
+_ENVELOPE_NAMES = frozenset(name for name, _, _ in ENVELOPE_FIELDS)
+
+
+def batch_messages(settings: KafkaSettings, batch: pa.RecordBatch):
+    """(topics, keys, values, headers, tombstone after) of ``batch``'s rows in the
+    ``mysqlcdc`` format, the same bytes :func:`row_encoder` gives, built by Arrow a column
+    at a time; None where that does not apply (another format, a topic, value or headers
+    column)."""
+    if settings.format != "mysqlcdc" or settings.topic_column or settings.value_column or \
+            settings.headers_column or not _ENVELOPE_NAMES <= set(batch.schema.names):
+        return None
+    n = batch.num_rows
+    values = pc.cast(envelope_json_lines(batch, newline=False), pa.binary()).to_pylist()
+    keys = pc.cast(batch.column("key"), pa.binary()).to_pylist()
+    router, db, table = TopicRouter(settings), batch.column("db"), batch.column("table")
+    if pc.count_distinct(db, mode="all").as_py() == 1 and \
+            pc.count_distinct(table, mode="all").as_py() == 1:
+        topics = [router.topic({"db": db[0].as_py(), "table": table[0].as_py()})] * n
+    else:
+        topics = [router.topic({"db": d, "table": t})
+                  for d, t in zip(db.to_pylist(), table.to_pylist())]
+    # as the row encoder's str(): a null seq, file, pos or row reads "None" (gtid and
+    # moved_key are left out when null)
+    text = [pc.cast(pc.fill_null(pc.cast(batch.column(c), pa.string()), "None")
+                    if c not in ("gtid", "moved_key") else batch.column(c), pa.binary()
+                    ).to_pylist() for c in ("seq", "file", "pos", "row", "gtid", "moved_key")]
+    ops = batch.column("op").to_pylist()
+    seqs, files, poss, rows, gtids, moved = text
+    if batch.column("moved_key").null_count == n and batch.column("gtid").null_count == 0:
+        headers = [[("seq", a), ("file", b), ("pos", c), ("row", d), ("gtid", e)]
+                   for a, b, c, d, e in zip(seqs, files, poss, rows, gtids)]
+    else:
+        headers = []
+        for seq, file, pos, row, gtid, other, op in zip(*text, ops):
+            out = [("seq", seq), ("file", file), ("pos", pos), ("row", row)]
+            if gtid is not None:
+                out.append(("gtid", gtid))
+            if other is not None:
+                out.append(("__debezium.newkey" if op == "d" else "__debezium.oldkey", other))
+            headers.append(out)
+    tombstones = [op == "d" for op in ops] if settings.send_tombstones else [False] * n
+    return topics, keys, values, headers, tombstones
+
+
+def send_messages(settings: KafkaSettings, topics: list[str], keys: list, values: list,
+                  headers: list, tombstones: list[bool]) -> None:
+    """Deliver encoded messages in the order given (a tombstone after each flagged one),
+    retried with a new producer; or raise."""
+    with_retries(settings, "publishing a batch",
+                 lambda: _send_messages(settings, topics, keys, values, headers, tombstones),
+                 lambda: _reset(settings))
+
+
+def _send_messages(settings: KafkaSettings, topics: list[str], keys: list, values: list,
+                   headers: list, tombstones: list[bool]) -> None:
+    ensure_topics(settings, set(topics))
+    producer = producer_for(settings)
+    producer.send_all(topics, keys, values, headers, tombstones)
+    producer.finish(settings.delivery_timeout_s + 5)
 
 
 def row_encoder(settings: KafkaSettings) -> Encode:

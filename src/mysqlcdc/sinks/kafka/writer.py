@@ -31,10 +31,10 @@ from mysqlcdc.errors import ConfigError
 from mysqlcdc.sinks.kafka.commitlog import CommitRecord, batch_end_offset
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
 from mysqlcdc.sinks.kafka.order import SeqSorter
-from mysqlcdc.sinks.kafka.publish import publish_commit, publish_rows, row_encoder
+from mysqlcdc.sinks.kafka.publish import publish_batch, publish_commit
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 
-__all__ = ["KafkaDataSource", "KafkaStreamWriter", "KafkaCommitMessage"]
+__all__ = ["KafkaDataSource", "KafkaStreamWriter", "KafkaCommitMessage", "task_batch_committer"]
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,7 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
             sorter.add(batch)
         rows, tallies, schema_rows, encode = 0, [], [], None
         for batch in sorter.sorted():
-            encode = encode or row_encoder(self.settings)     # one per task, not per batch
-            tally, schema = publish_rows(self.settings, batch.to_pylist(), encode)
+            tally, schema, encode = publish_batch(self.settings, batch, encode)
             tallies.append(tally)
             schema_rows += schema
             rows += batch.num_rows
@@ -100,3 +99,44 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         failed = sum(m is None for m in messages)
         log.warning("kafka sink: batch %d aborted (%d of %d tasks failed); it will be replayed",
                     batchId, failed, len(messages))
+
+
+def task_batch_committer(settings: KafkaSettings, write_tasks: int):
+    """The ``foreachBatch`` function of a Kafka sink whose read tasks publish
+    (:mod:`.tasks`): read their summaries; publish the messages tasks that shared keys
+    left (spread over ``write_tasks`` tasks by topic and key, each ordered by ``seq``);
+    then the schema changes, transaction boundaries and the commit record, as
+    :meth:`KafkaStreamWriter.commit` does. ``settings.checkpoint``: the query's."""
+    from functools import partial
+
+    from pyspark import StorageLevel
+
+    from mysqlcdc.sinks.kafka.tasks import read_summary, send_sorted
+    from mysqlcdc.spark.checkpoint import query_id
+    from mysqlcdc.spark.taskwrite import note_written
+
+    state: dict = {}
+
+    def run(df, batch_id: int) -> None:
+        if "query" not in state:
+            state["query"] = query_id(settings.checkpoint)
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)    # read once, even when messages wait
+        try:
+            done = [read_summary(r[0]) for r in
+                    df.where("summary IS NOT NULL").select("summary").collect()]
+            if any(d.deferred for d in done):
+                (df.where("summary IS NULL").repartition(write_tasks, "topic", "key")
+                 .sortWithinPartitions("seq")
+                 .mapInArrow(partial(send_sorted, settings), "sent BIGINT").collect())
+        finally:
+            df.unpersist()
+        rows = sum(d.rows for d in done)
+        record = CommitRecord(settings.pipeline, batch_id,
+                              batch_end_offset(settings.checkpoint, batch_id), rows,
+                              int(time.time() * 1000))
+        schema_rows = sorted((r for d in done for r in d.schema_rows or ()),
+                             key=lambda r: r["seq"])
+        publish_commit(settings, record, merge_tallies([d.txns or {} for d in done]),
+                       schema_rows)
+        note_written(state["query"], batch_id, rows)
+    return run

@@ -1,0 +1,142 @@
+"""Publishing inside the source's read tasks (DESIGN.md decision 20, amended for Kafka).
+
+Sent through the JVM, every decoded row crossed from the read task's Python worker into
+Spark's rows, through a shuffle by key, and back into a write task's Python worker, to
+be published there. :class:`TaskPublisher` is the sink's *task writer* instead: the read
+task that decoded the rows publishes them, in ``seq`` order, a record batch at a time
+(each acknowledged before the next, as a write task does), and yields one summary row:
+rows, transaction tally, schema changes. The sink's query is then a ``foreachBatch``
+that publishes the schema changes, transaction boundaries and the commit record.
+
+Order per key needs every change of a key to be published by one task in ``seq``
+order. A read task that holds all its keys' changes of the batch (the batch's only
+task, or one of its snapshot chunks, whose keys are disjoint) publishes them itself. One
+that may share keys with another task of its batch (parallel range slices, a backfill
+chunk beside the stream, the records opening a new snapshot; the source marks them,
+``shares_keys``) only encodes its messages and yields them; the ``foreachBatch`` then
+spreads them over write tasks by key, orders each task's by ``seq`` and publishes them,
+as the stream writer does. A pipeline at ``parallelism: 1`` meets that case only for
+backfills running beside the stream.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies, tally_transactions
+from mysqlcdc.sinks.kafka.publish import (
+    batch_messages, publish_batch, row_encoder, send_messages,
+)
+from mysqlcdc.sinks.kafka.settings import KafkaSettings
+from mysqlcdc.sinks.kafka.topics import TopicRouter
+from mysqlcdc.sinks.kafka.txnorder import Numbering
+
+__all__ = ["TaskPublisher", "TASK_DDL", "Summary", "read_summary", "send_sorted"]
+
+TASK_DDL = ("topic STRING, key BINARY, value BINARY, headers BINARY, seq DECIMAL(38,0), "
+            "tombstone BOOLEAN, summary BINARY")
+TASK_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
+                         ("headers", pa.binary()), ("seq", pa.decimal128(38, 0)),
+                         ("tombstone", pa.bool_()), ("summary", pa.binary())])
+SENT_SCHEMA = pa.schema([("sent", pa.int64())])
+
+
+@dataclass
+class Summary:
+    """What one read task did: rows it took (schema changes included), messages it left
+    to the sink's write tasks (none when it published itself), its transactions' tally
+    and the schema changes for the commit step."""
+
+    rows: int = 0
+    deferred: int = 0
+    txns: dict[str, TxnTally] | None = None
+    schema_rows: list[dict] | None = None
+
+
+def read_summary(blob: bytes) -> Summary:
+    return pickle.loads(blob)
+
+
+@dataclass(frozen=True)
+class TaskPublisher:
+    """The Kafka sink's task writer: ``write`` runs in each read task after the transforms."""
+
+    settings: KafkaSettings
+    keeps_key_order = True          # the source says whether a task shares keys
+
+    @property
+    def ddl(self) -> str:
+        return TASK_DDL
+
+    def write(self, batches: Iterator[pa.RecordBatch],
+              shares_keys: bool = False) -> Iterator[pa.RecordBatch]:
+        settings = self.settings
+        numbering = Numbering() if settings.transaction_orders else None
+        done, tallies, schema_rows, encode = Summary(), [], [], None
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if numbering is not None:
+                batch = numbering.add(batch)
+            done.rows += batch.num_rows
+            if shares_keys:
+                messages, tally, schema = self._encoded(batch)
+                done.deferred += messages.num_rows
+                if messages.num_rows:
+                    yield messages
+            else:
+                tally, schema, encode = publish_batch(settings, batch, encode)
+            tallies.append(tally)
+            schema_rows += schema
+        done.txns, done.schema_rows = merge_tallies(tallies), schema_rows
+        yield pa.RecordBatch.from_pydict(
+            {**{name: [None] for name in TASK_SCHEMA.names}, "summary": [pickle.dumps(done)]},
+            schema=TASK_SCHEMA)
+
+    def _encoded(self, batch: pa.RecordBatch):
+        """``batch``'s messages as rows for the write tasks, its tally and schema changes."""
+        import pyarrow.compute as pc
+
+        settings = self.settings
+        is_schema = pc.equal(batch.column("op"), "s")
+        schema_rows = batch.filter(is_schema).to_pylist() \
+            if settings.schema_change_topic else []
+        changes = batch.filter(pc.invert(is_schema))
+        messages = batch_messages(settings, changes)
+        rows = None
+        if messages is None:
+            rows = changes.to_pylist()
+            encode, router = row_encoder(settings), TopicRouter(settings)
+            encoded = [encode(r) for r in rows]
+            messages = ([router.topic(r) for r in rows], [k for k, _, _ in encoded],
+                        [v for _, v, _ in encoded], [h for _, _, h in encoded],
+                        [settings.send_tombstones and r["op"] == "d" for r in rows])
+        topics, keys, values, headers, tombstones = messages
+        out = pa.RecordBatch.from_pydict({
+            "topic": topics, "key": keys, "value": values,
+            "headers": [pickle.dumps(h) for h in headers], "seq": changes.column("seq"),
+            "tombstone": tombstones, "summary": [None] * changes.num_rows}, schema=TASK_SCHEMA)
+        tally = {}
+        if settings.transaction_topic:
+            tally = tally_transactions(rows if rows is not None else changes.select(
+                ["op", "txn_id", "seq", "ts_ms", "db", "table"]).to_pylist())
+        return out, tally, schema_rows
+
+
+def send_sorted(settings: KafkaSettings, batches: Iterator[pa.RecordBatch]
+                ) -> Iterator[pa.RecordBatch]:
+    """A write task of the ``foreachBatch`` step: publish the messages (ordered by ``seq``,
+    every message of a key in this task) a record batch at a time; yields the count."""
+    sent = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        send_messages(settings, *(batch.column(c).to_pylist() for c in ("topic", "key", "value")),
+                      [pickle.loads(h) for h in batch.column("headers").to_pylist()],
+                      batch.column("tombstone").to_pylist())
+        sent += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"sent": [sent]}, schema=SENT_SCHEMA)
