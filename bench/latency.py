@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pipeline_bench import _sample  # noqa: E402
@@ -94,7 +95,8 @@ class ChangelogWatch:
             lines = entry.read_text().splitlines()[1:]
             now = time.time()
             for line in lines:
-                path = json.loads(line)["path"].removeprefix("file://")
+                # a URI: partition folders are escaped in it (db=x as db%3Dx)
+                path = unquote(json.loads(line)["path"].removeprefix("file://"))
                 for after in pq.read_table(path, columns=["after"]).column("after").to_pylist():
                     if after:
                         self.seen.setdefault(json.loads(after)["id"], now)
