@@ -1,10 +1,11 @@
-"""Publishing one write task's rows, and one batch's commit records. No pyspark here.
+"""Publishing one task's rows, and one batch's commit records. No pyspark here.
 
 Order: a task's rows arrive sorted by ``seq`` and are produced in that order by one
 idempotent producer, a record batch at a time, each acknowledged before the next
-(ordering per partition is kept through retries), and the stream is spread over tasks
-by key, so every change of a key is in one task. The default partitioner hashes the
-key, so a key always lands in one partition.
+(ordering per partition is kept through retries), and every change of a key of the
+batch is in one task: a read task whose keys no other task of the batch holds
+(:mod:`.tasks`), or a write task after the rows were spread by key. The default
+partitioner hashes the key, so a key always lands in one partition.
 
 Schema changes (``op = s``) are not produced by the tasks: they go back to the
 driver in the commit messages and the commit step publishes them, in ``seq`` order,
@@ -96,13 +97,8 @@ def publish_batch(settings: KafkaSettings, batch: pa.RecordBatch, encode: Encode
     changes = batch.filter(pc.invert(is_schema)) if has_schema else batch
     messages = batch_messages(settings, changes)
     if messages is None:
-        rows = changes.to_pylist()
         encode = encode or row_encoder(settings)
-        if rows:
-            with_retries(settings, "publishing a batch",
-                         lambda: _send_all(settings, rows, encode), lambda: _reset(settings))
-        return (tally_transactions(rows) if settings.transaction_topic else {}), schema_rows, \
-            encode
+        return publish_rows(settings, changes.to_pylist(), encode)[0], schema_rows, encode
     if changes.num_rows:
         send_messages(settings, *messages)
     tally = {}
