@@ -331,7 +331,7 @@ def test_a_broker_that_stays_down_stops_the_pipeline_with_a_named_error_and_lose
     cfg = _pipeline(mariadb, broker, fresh_db, tmp_path, start, delivery_timeout_s=2,
                     delivery_attempts=1)
     with pytest.raises(MysqlcdcError) as failed:
-        run_pipeline(cfg, until_idle=True, spark=spark, quiet=True)
+        run_pipeline(cfg, until_idle=True, spark=spark)
     assert failed.value.code == "KAFKA_DELIVERY_FAILED", failed.value
     assert not list((tmp_path / "ck").rglob("commits/[0-9]*"))     # no batch counted done
     broker.start()
