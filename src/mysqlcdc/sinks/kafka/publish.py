@@ -35,8 +35,9 @@ from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.topics import TopicRouter, ensure_topics, forget_topics
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["publish_rows", "publish_batch", "publish_commit", "row_encoder", "HistoryDefinitions",
-           "batch_messages", "send_messages"]
+__all__ = ["publish_batch", "publish_commit", "row_encoder", "HistoryDefinitions",
+           "batch_messages", "encode_messages", "send_messages", "split_schema_changes",
+           "transaction_tally"]
 
 Encode = Callable[[dict], tuple[bytes | None, bytes, list]]
 
@@ -67,45 +68,59 @@ class HistoryDefinitions:
         return self.history.definition(db, table, BinlogPosition.of(file, pos))
 
 
-def publish_rows(settings: KafkaSettings, rows: list[dict], encode: Encode | None = None
-                 ) -> tuple[dict[str, TxnTally], list[dict]]:
-    """Deliver ``rows`` (in seq order) or raise; returns their transaction tally and the
-    schema-change records left for the commit step. ``encode``: a task's
-    :func:`row_encoder`, made once for all its record batches (default: a new one)."""
-    changes = [r for r in rows if r["op"] != "s"]
-    if changes:
-        encode = encode or row_encoder(settings)
-        with_retries(settings, "publishing a batch",
-                     lambda: _send_all(settings, changes, encode), lambda: _reset(settings))
-    tally = tally_transactions(changes) if settings.transaction_topic else {}
-    schema_rows = [r for r in rows if r["op"] == "s"] if settings.schema_change_topic else []
-    return tally, schema_rows
+def split_schema_changes(settings: KafkaSettings, batch: pa.RecordBatch
+                         ) -> tuple[pa.RecordBatch, list[dict]]:
+    """``batch``'s row changes, and its schema changes (``op = s``) as the records the
+    commit step publishes (none without a schema-change topic)."""
+    is_schema = pc.equal(batch.column("op"), "s")
+    if not pc.any(is_schema).as_py():
+        return batch, []
+    schema_rows = batch.filter(is_schema).to_pylist() if settings.schema_change_topic else []
+    return batch.filter(pc.invert(is_schema)), schema_rows
+
+
+def encode_messages(settings: KafkaSettings, changes: pa.RecordBatch,
+                    encode: Encode | None = None):
+    """(messages, the encoder used) of row changes: messages are (topics, keys, values,
+    headers, tombstone after each); by column (:func:`batch_messages`) where the format
+    allows, else row by row with ``encode`` (a task's :func:`row_encoder`, made once for
+    all its batches; default: a new one)."""
+    messages = batch_messages(settings, changes)
+    if messages is not None:
+        return messages, encode
+    encode = encode or row_encoder(settings)
+    rows, router = changes.to_pylist(), TopicRouter(settings)
+    keys, values, hdrs = [], [], []
+    for row in rows:
+        key, value, headers_ = encode(row)
+        keys.append(key)
+        values.append(value)
+        hdrs.append(headers_)
+    return ([router.topic(r) for r in rows], keys, values, hdrs,
+            [settings.send_tombstones and r["op"] == "d" for r in rows]), encode
+
+
+def transaction_tally(settings: KafkaSettings, changes: pa.RecordBatch) -> dict[str, TxnTally]:
+    """The tally of ``changes``' transactions for the boundary records (none without a
+    transaction topic)."""
+    if not settings.transaction_topic:
+        return {}
+    return tally_transactions(changes.select(
+        ["op", "txn_id", "seq", "ts_ms", "db", "table"]).to_pylist())
 
 
 def publish_batch(settings: KafkaSettings, batch: pa.RecordBatch, encode: Encode | None = None
                   ) -> tuple[dict[str, TxnTally], list[dict], Encode | None]:
-    """:func:`publish_rows` for one record batch (rows in seq order), and the encoder used
-    (a task makes one for all its batches). In the ``mysqlcdc`` format, with the topic
-    from the template and no value or headers column, the messages are built a column at
-    a time (:func:`batch_messages`): no Python dict per row."""
+    """Deliver one record batch's row changes (in seq order) or raise; returns their
+    transaction tally, the schema-change records left for the commit step, and the
+    encoder used (see :func:`encode_messages`)."""
     if not batch.num_rows:
         return {}, [], encode
-    is_schema = pc.equal(batch.column("op"), "s")
-    has_schema = bool(pc.any(is_schema).as_py())
-    schema_rows = batch.filter(is_schema).to_pylist() \
-        if has_schema and settings.schema_change_topic else []
-    changes = batch.filter(pc.invert(is_schema)) if has_schema else batch
-    messages = batch_messages(settings, changes)
-    if messages is None:
-        encode = encode or row_encoder(settings)
-        return publish_rows(settings, changes.to_pylist(), encode)[0], schema_rows, encode
+    changes, schema_rows = split_schema_changes(settings, batch)
     if changes.num_rows:
+        messages, encode = encode_messages(settings, changes, encode)
         send_messages(settings, *messages)
-    tally = {}
-    if settings.transaction_topic:
-        tally = tally_transactions(changes.select(
-            ["op", "txn_id", "seq", "ts_ms", "db", "table"]).to_pylist())
-    return tally, schema_rows, encode
+    return transaction_tally(settings, changes), schema_rows, encode
 
 
 _ENVELOPE_NAMES = frozenset(name for name, _, _ in ENVELOPE_FIELDS)
@@ -211,21 +226,6 @@ def _format_encoder(settings: KafkaSettings) -> Encode:
         moved = None if row.get("moved_key") is None else dbz.moved_key(row)
         return dbz.key(row), dbz.value(row, now_ns), headers(row, moved)
     return encode
-
-
-def _send_all(settings: KafkaSettings, rows: list[dict], encode: Encode) -> None:
-    router = TopicRouter(settings)
-    topics = [router.topic(r) for r in rows]
-    ensure_topics(settings, topics)
-    producer = producer_for(settings)
-    tombstones = settings.send_tombstones
-    for row, topic in zip(rows, topics):
-        key, value, hdrs = encode(row)
-        producer.send(topic, key, value, hdrs)
-        if tombstones and row["op"] == "d":
-            # also the old key of a key change: compaction then drops it for good
-            producer.send(topic, key, None, hdrs)
-    producer.finish(settings.delivery_timeout_s + 5)
 
 
 def publish_commit(settings: KafkaSettings, record: CommitRecord,

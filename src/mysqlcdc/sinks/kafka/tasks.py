@@ -27,12 +27,11 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies, tally_transactions
+from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
 from mysqlcdc.sinks.kafka.publish import (
-    batch_messages, publish_batch, row_encoder, send_messages,
+    encode_messages, publish_batch, send_messages, split_schema_changes, transaction_tally,
 )
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
-from mysqlcdc.sinks.kafka.topics import TopicRouter
 from mysqlcdc.sinks.kafka.txnorder import Numbering
 
 __all__ = ["TaskPublisher", "TASK_DDL", "Summary", "read_summary", "send_sorted"]
@@ -84,7 +83,7 @@ class TaskPublisher:
                 batch = numbering.add(batch)
             done.rows += batch.num_rows
             if shares_keys:
-                messages, tally, schema = self._encoded(batch)
+                messages, tally, schema, encode = self._encoded(batch, encode)
                 done.deferred += messages.num_rows
                 if messages.num_rows:
                     yield messages
@@ -97,34 +96,17 @@ class TaskPublisher:
             {**{name: [None] for name in TASK_SCHEMA.names}, "summary": [pickle.dumps(done)]},
             schema=TASK_SCHEMA)
 
-    def _encoded(self, batch: pa.RecordBatch):
-        """``batch``'s messages as rows for the write tasks, its tally and schema changes."""
-        import pyarrow.compute as pc
-
-        settings = self.settings
-        is_schema = pc.equal(batch.column("op"), "s")
-        schema_rows = batch.filter(is_schema).to_pylist() \
-            if settings.schema_change_topic else []
-        changes = batch.filter(pc.invert(is_schema))
-        messages = batch_messages(settings, changes)
-        rows = None
-        if messages is None:
-            rows = changes.to_pylist()
-            encode, router = row_encoder(settings), TopicRouter(settings)
-            encoded = [encode(r) for r in rows]
-            messages = ([router.topic(r) for r in rows], [k for k, _, _ in encoded],
-                        [v for _, v, _ in encoded], [h for _, _, h in encoded],
-                        [settings.send_tombstones and r["op"] == "d" for r in rows])
-        topics, keys, values, headers, tombstones = messages
+    def _encoded(self, batch: pa.RecordBatch, encode):
+        """``batch``'s messages as rows for the write tasks, its tally, schema changes and
+        the encoder used."""
+        changes, schema_rows = split_schema_changes(self.settings, batch)
+        (topics, keys, values, headers, tombstones), encode = encode_messages(
+            self.settings, changes, encode)
         out = pa.RecordBatch.from_pydict({
             "topic": topics, "key": keys, "value": values,
             "headers": [pickle.dumps(h) for h in headers], "seq": changes.column("seq"),
             "tombstone": tombstones, "summary": [None] * changes.num_rows}, schema=TASK_SCHEMA)
-        tally = {}
-        if settings.transaction_topic:
-            tally = tally_transactions(rows if rows is not None else changes.select(
-                ["op", "txn_id", "seq", "ts_ms", "db", "table"]).to_pylist())
-        return out, tally, schema_rows
+        return out, transaction_tally(self.settings, changes), schema_rows, encode
 
 
 def send_sorted(settings: KafkaSettings, batches: Iterator[pa.RecordBatch]
