@@ -35,10 +35,24 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")   # stay on loopback
     from pyspark.sql import SparkSession
 
+    from mysqlcdc.spark import warmstart
+
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    cache = warmstart.cache_dir() if warmstart.enabled() else None
+    if cache is not None:
+        home = warmstart.spark_home(cache)
+        if home is not None:
+            os.environ["SPARK_HOME"] = str(home)
+        options = warmstart.java_options(cache, str(home) if home else None,
+                                         settings.get(warmstart.JAVA_OPTIONS, ""))
+        if options:
+            settings[warmstart.JAVA_OPTIONS] = options
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if cache is not None:
+        warmstart.after_start(spark)
     spark.sparkContext.setLogLevel("ERROR")
     # py4j's DEBUG log has every call into the JVM with its arguments, among them the
     # source's password option: never below INFO, whatever the root logger says
