@@ -111,8 +111,7 @@ def run_pipeline(args, server, workload: str, info: dict, kind: str, broker,
                                     stdout=subprocess.DEVNULL, stderr=err)
             cpu: dict[int, tuple[str, float]] = {}
             while proc.poll() is None:
-                _sample(proc.pid, cpu)
-                _rss(cpu, peak)
+                _rss(cpu, peak, _sample(proc.pid, cpu))
                 time.sleep(0.25)
             seconds = time.perf_counter() - started
             if proc.returncode != 0:
@@ -130,7 +129,8 @@ def run_pipeline(args, server, workload: str, info: dict, kind: str, broker,
             "peak_rss_mb": {k: round(v) for k, v in sorted(peak.items())}}
 
 
-def _rss(cpu: dict[int, tuple[str, float]], peak: dict[str, float]) -> None:
+def _rss(cpu: dict[int, tuple[str, float]], peak: dict[str, float],
+         alive: set[int] | None = None) -> None:
     """Peak resident set (MB) of every process (``role pid``), and peak of each role's
     processes together (``role``), sampled. A role's total adds proportional set sizes
     (PSS: a page shared by n processes counts 1/n in each), not resident sets: a JVM's
@@ -138,6 +138,8 @@ def _rss(cpu: dict[int, tuple[str, float]], peak: dict[str, float]) -> None:
     show the parent's shared pages in their RSS, and adding RSS would count them twice."""
     now: dict[str, float] = {}
     for pid, (role, _) in cpu.items():
+        if alive is not None and pid not in alive:
+            continue           # ended; its pid may be another process's by now
         try:
             with open(f"/proc/{pid}/statm") as f:
                 mb = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6

@@ -120,8 +120,7 @@ def run_case(server: BenchServer, case: str, info: dict, sink: str, broker) -> d
                                      "--until-idle"], cwd=tmp, env=env, stdout=subprocess.DEVNULL,
                                     stderr=log)
             while proc.poll() is None:
-                _sample(proc.pid, cpu)
-                _rss(cpu, peak)
+                _rss(cpu, peak, _sample(proc.pid, cpu))
                 time.sleep(0.25)
             seconds = time.perf_counter() - started
             if proc.returncode != 0:

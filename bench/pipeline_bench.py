@@ -101,9 +101,10 @@ def run_once(server: BenchServer, src: Path, workload: str, info: dict,
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _sample(root: int, seen: dict[int, tuple[str, float]]) -> None:
+def _sample(root: int, seen: dict[int, tuple[str, float]]) -> set[int]:
     """CPU seconds so far of ``root`` and every descendant (sampled: a process that
-    lives less than a sampling interval is missed)."""
+    lives less than a sampling interval is missed); returns the tree's pids now (a pid
+    seen earlier may since belong to another process: pids are reused)."""
     stats: dict[int, tuple[int, float]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -124,6 +125,7 @@ def _sample(root: int, seen: dict[int, tuple[str, float]]) -> None:
     for pid in tree:
         if pid in stats:
             seen[pid] = (_role(pid, root), stats[pid][1])   # a launcher may exec the JVM
+    return tree & set(stats)
 
 
 def _role(pid: int, root: int) -> str:
