@@ -21,6 +21,7 @@ from deltalake import DeltaTable
 from mysqlcdc.sinks.changelog import read_changelog
 
 from tests.support.mariadb import binlog_position
+from tests.support.processes import descendants
 
 pytestmark = pytest.mark.e2e
 
@@ -133,21 +134,6 @@ def _keys(rows: list[dict]) -> list[tuple]:
     return sorted((json.loads(r["key"])["id"], r["op"], int(r["seq"])) for r in rows)
 
 
-def _descendants(pid: int) -> set[int]:
-    out, todo = set(), [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            kids = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
-        for kid in map(int, kids):
-            if kid not in out:
-                out.add(kid)
-                todo.append(kid)
-    return out
-
-
 def _running(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
@@ -169,7 +155,7 @@ def test_sigterm_stops_the_pipeline_and_every_process_it_started(mariadb, fresh_
             assert proc.poll() is None and time.monotonic() < deadline, \
                 (tmp_path / "pipeline.log").read_text()[-3000:]
             time.sleep(0.5)
-        family = _descendants(proc.pid)
+        family = descendants(proc.pid)
         assert family, "the CLI started no JVM"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 130, (tmp_path / "pipeline.log").read_text()[-3000:]

@@ -14,6 +14,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from tests.support.mariadb import binlog_position
+from tests.support.processes import descendants
 
 pytestmark = pytest.mark.e2e
 
@@ -44,21 +45,6 @@ sinks:
     return path
 
 
-def _family(pid: int) -> set[int]:
-    out, todo = set(), [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            kids = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-        except OSError:
-            continue
-        for kid in map(int, kids):
-            if kid not in out:
-                out.add(kid)
-                todo.append(kid)
-    return out
-
-
 def _run(config: Path, cache: Path) -> dict:
     """Run to idle; what the JVM's command line and the Python workers' path held."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "MYSQLCDC_CACHE_DIR": str(cache)}
@@ -71,7 +57,7 @@ def _run(config: Path, cache: Path) -> dict:
     deadline = time.monotonic() + 300
     while proc.poll() is None:
         assert time.monotonic() < deadline, "the run did not end"
-        for pid in _family(proc.pid):
+        for pid in descendants(proc.pid):
             try:
                 argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["cache_dir", "spark_home", "java_options", "after_start", "adopt", "enabled"]
@@ -134,7 +135,7 @@ def _java() -> Path | None:
     return found.resolve() if found is not None else None
 
 
-def _archive_key(home: str, options: str) -> str | None:
+def _archive_key(home: str | Path, options: str) -> str | None:
     java = _java()
     jars = Path(home) / "jars"
     if java is None or not jars.is_dir():
@@ -159,11 +160,13 @@ def _alive(pid: int) -> bool:
         return True
 
 
+@dataclass(frozen=True)
 class _Pending:
     """An archive the JVM of this process writes at its exit."""
 
-    def __init__(self, path: Path, final: Path, size_file: Path):
-        self.path, self.final, self.size_file = path, final, size_file
+    path: Path
+    final: Path
+    size_file: Path
 
 
 _pending: _Pending | None = None
@@ -175,7 +178,7 @@ def java_options(cache: Path, home: str | None, user_options: str) -> str:
     rest). ``user_options`` (the user's own ``spark.driver.extraJavaOptions``) are kept,
     and named in the archive's key."""
     global _pending
-    spark = home or os.environ.get("SPARK_HOME") or (str(_package()) if _package() else None)
+    spark = home or os.environ.get("SPARK_HOME") or _package()
     if spark is None or "SharedArchiveFile" in user_options or "ArchiveClassesAtExit" in \
             user_options or any(c.isspace() for c in str(cache)):
         return user_options       # the user's own archive; or a path Spark would split
