@@ -47,6 +47,7 @@ _QUERIES = frozenset({C.QUERY_EVENT, C.MARIA_QUERY_COMPRESSED_EVENT})
 # what the bootstrap's DDL walk decodes: statements, and what keeps the parser's state
 _DDL_SCAN_PARSE = _QUERIES | {C.FORMAT_DESCRIPTION_EVENT, C.ROTATE_EVENT, C.START_EVENT_V3}
 _PAYLOAD = C.TRANSACTION_PAYLOAD_EVENT
+_DDL_SCAN_WANTED = _DDL_SCAN_PARSE | {_PAYLOAD}
 _PROGRESS_AFTER_S = 5.0
 _PROGRESS_EVERY_S = 5.0
 _FILES_KEPT = 50                  # binlog files whose birth time source.json remembers
@@ -471,14 +472,22 @@ class RangePlanner:
         few seconds when the walk is long."""
         parser = BinlogParser(include=lambda db, table: False, file=start.file)
         parse, payload_inner = parser.parse, parser.payload_inner
-        total = _bytes_between(list_binlogs(self._sql()), start, stop)
+        logs = list_binlogs(self._sql())
+        total = _bytes_between(logs, start, stop)
         began = time.monotonic()
-        report_at, seen, count = began + _PROGRESS_AFTER_S, 0, 0
+        report_at = [began + _PROGRESS_AFTER_S]
         stop_file, stop_pos = stop.file, stop.pos
         stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
                                    start=start, stop_at=stop, reconnect=self.options.retry)
+
+        def progress() -> None:
+            if time.monotonic() >= report_at[0]:
+                report_at[0] = self._ddl_progress(logs, start, stream.position, total, began)
+
         try:
-            for raw in stream:
+            # every other event (rows, XIDs, TABLE_MAPs: most of the bytes) is passed over
+            # by the stream without an object
+            for raw in stream.passing(_DDL_SCAN_WANTED, progress):
                 data = raw.data
                 code = data[4]
                 if raw.artificial:
@@ -486,25 +495,29 @@ class RangePlanner:
                     continue
                 if raw.file == stop_file and raw.pos >= stop_pos:
                     break
-                seen += len(data)
                 if code in _DDL_SCAN_PARSE:
                     observe(raw.file, raw.pos, parse(data, raw.pos))
                 elif code == _PAYLOAD:
                     for inner in payload_inner(data, raw.pos):
                         if inner[4] in _QUERIES:
                             observe(raw.file, raw.pos, parse(inner, raw.pos, inner=True))
-                count += 1
-                if not count & 0xFFF and time.monotonic() >= report_at:
-                    now = time.monotonic()
-                    report_at, elapsed = now + _PROGRESS_EVERY_S, now - began
-                    log.warning("schema history bootstrap: read %d of %d MB of binlog for DDL "
-                                "(at %s:%d, %.0f MB/s)", seen >> 20, total >> 20, raw.file,
-                                raw.pos, seen / 1e6 / max(elapsed, 1e-3))
         finally:
             stream.close()
         if time.monotonic() - began >= _PROGRESS_AFTER_S:
             log.warning("schema history bootstrap: read %d MB of binlog in %.1f s",
-                        seen >> 20, time.monotonic() - began)
+                        _bytes_between(logs, start, min(stream.position, stop)) >> 20,
+                        time.monotonic() - began)
+
+    @staticmethod
+    def _ddl_progress(logs, start: BinlogPosition, here: BinlogPosition, total: int,
+                      began: float) -> float:
+        """Log how far the DDL walk is; returns when to log next."""
+        now = time.monotonic()
+        seen = _bytes_between(logs, start, here)
+        log.warning("schema history bootstrap: read %d of %d MB of binlog for DDL (at %s:%d, "
+                    "%.0f MB/s)", seen >> 20, total >> 20, here.file, here.pos,
+                    seen / 1e6 / max(now - began, 1e-3))
+        return now + _PROGRESS_EVERY_S
 
     # -- seeks ----------------------------------------------------------------
     def walk_ddl(self, start: BinlogPosition, stop: BinlogPosition) -> None:

@@ -27,7 +27,7 @@ import socket
 import struct
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pymysql
@@ -186,12 +186,15 @@ class ReplicationStream:
             finally:
                 self._carry = list(rest)
 
-    def passing(self, wanted: frozenset[int]) -> Iterator[RawEvent]:
+    def passing(self, wanted: frozenset[int],
+                every_batch: Callable[[], None] | None = None) -> Iterator[RawEvent]:
         """Iterate as ``iter(stream)`` does, but hand out only the events whose type is
         in ``wanted`` and those that move the stream otherwise (artificial ones, ROTATE,
         FORMAT_DESCRIPTION); every other event is passed over without an object and
         counted in ``passed``. For a reader that looks at few events of many (a slice
-        task before its slice). Stopping and reconnecting work as in ``__iter__``."""
+        task before its slice, the schema bootstrap's DDL walk). ``every_batch`` runs
+        before each batch of events the server sent is gone through (progress reports).
+        Stopping and reconnecting work as in ``__iter__``."""
         outage = None if self.reconnect is None else Outage(
             self.reconnect, self.settings.address, "source")
         while not self._closed and not self._reached_stop():
@@ -207,6 +210,8 @@ class ReplicationStream:
                     continue
                 if outage is not None and outage.active:
                     outage.recovered()
+            if every_batch is not None:
+                every_batch()
             stop = self.stop_at
             limit = _NO_STOP if stop is None else \
                 (stop.pos if stop.file_number == self._file_number else
