@@ -193,6 +193,74 @@ def test_chunks_cover_the_table_exactly_once(mariadb, fresh_db, ddl, values, chu
     assert len(set(seqs)) == len(seqs)
 
 
+def _sql_probes(server, fn):
+    """``fn(conn)``'s result and how many keyset probes (``LIMIT .. OFFSET``) it sent."""
+    conn = server.connect()
+    sent: list[str] = []
+    try:
+        import mysqlcdc.capture.snapshot as snapshot
+
+        real = snapshot._text_rows
+
+        def counting(c, sql, *a, **kw):
+            sent.append(sql)
+            return real(c, sql, *a, **kw)
+
+        snapshot._text_rows = counting
+        try:
+            return fn(conn), sum("OFFSET" in s for s in sent)
+        finally:
+            snapshot._text_rows = real
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("ddl, fill, expect_even", [
+    # dense integer keys, negative ones included: even ranges, no probe
+    ("CREATE TABLE e (id INT PRIMARY KEY, v INT)",
+     "INSERT INTO e SELECT CAST(seq AS SIGNED) - 300, seq FROM seq_1_to_1000", True),
+    # every other key: 2 values per row, still even
+    ("CREATE TABLE e (id BIGINT UNSIGNED PRIMARY KEY, v INT)",
+     "INSERT INTO e SELECT 18446744073709550000 - seq * 2, seq FROM seq_1_to_1000", True),
+    # sparse keys (10 values per row): probed
+    ("CREATE TABLE e (id INT PRIMARY KEY, v INT)",
+     "INSERT INTO e SELECT seq * 10, seq FROM seq_1_to_1000", False),
+])
+def test_dense_integer_keys_are_cut_into_even_ranges(mariadb, fresh_db, ddl, fill, expect_even):
+    mariadb.sql(ddl, fill, "ANALYZE TABLE e", db=fresh_db)
+    table = _table(mariadb, fresh_db, "e")
+    pieces, probes = _sql_probes(mariadb, lambda conn: _pieces(mariadb, table, 128))
+    assert (probes == 0) == expect_even
+    assert 7 <= len(pieces) <= 17
+    rows = _read_all(mariadb, table, 128)
+    assert sorted(json.loads(r["after"])["v"] for r in rows) == list(range(1, 1001))
+    sizes = [len(_rows(_chunk(mariadb, table, p.lo, p.hi))) for p in pieces]
+    assert sum(sizes) == 1000 and max(sizes) <= 2 * 128
+
+
+def test_even_ranges_hold_their_bound_when_rows_fill_the_gaps(mariadb, fresh_db):
+    """Planned over every other key (2 key values per row: ranges of 200 keys for chunks
+    of 100 rows), then a writer fills every gap: a chunk then holds at most twice
+    ``chunk_rows`` (a range of n integers holds n rows at most), and the keys added past
+    the maximum after planning are read by the open last chunk."""
+    mariadb.sql("CREATE TABLE w (id INT PRIMARY KEY, v INT)",
+                "INSERT INTO w SELECT seq * 2, seq FROM seq_1_to_600", "ANALYZE TABLE w",
+                db=fresh_db)
+    table = _table(mariadb, fresh_db, "w")
+    pieces, probes = _sql_probes(mariadb, lambda conn: _pieces(mariadb, table, 100))
+    assert probes == 0 and 6 <= len(pieces) <= 7 and pieces[-1].hi is None
+    mariadb.sql("INSERT INTO w SELECT seq * 2 - 1, seq FROM seq_1_to_600",
+                "INSERT INTO w VALUES (1201, 0), (5000, 0)", db=fresh_db)
+    sizes = [len(_rows(_chunk(mariadb, table, p.lo, p.hi))) for p in pieces]
+    assert max(sizes) <= 200 and sum(sizes) == 1202
+
+
+def test_an_empty_table_is_one_open_chunk(mariadb, fresh_db):
+    mariadb.sql("CREATE TABLE z (id INT PRIMARY KEY)", db=fresh_db)
+    table = _table(mariadb, fresh_db, "z")
+    assert _pieces(mariadb, table, 100) == [Piece(None, None)]
+
+
 def test_a_where_filter_reads_only_its_rows(mariadb, fresh_db):
     mariadb.sql("CREATE TABLE f (id INT PRIMARY KEY, v INT)",
                 "INSERT INTO f SELECT seq, seq % 10 FROM seq_1_to_3000", db=fresh_db)

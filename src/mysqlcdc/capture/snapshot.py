@@ -2,9 +2,11 @@
 
 The algorithm (watermarks, as in Netflix's DBLog; invariants in docs/DESIGN.md):
 
-1. Each table is split into chunks by a *chunk key* with keyset probes (``(k1, k2) >
-   (...) ORDER BY k1, k2 LIMIT 2 OFFSET n``), so integer, string and composite keys are
-   chunked the same way. The chunk key is the primary key; for a table without one the
+1. Each table is split into chunks by a *chunk key*. A single integer key whose values
+   are dense (at most ``_EVEN_MAX_SPREAD`` key values per row, from its MIN, MAX and the
+   server's row estimate) is cut into even key ranges, computed without reading the
+   table; any other key (string, composite, sparse) by keyset probes (``(k1, k2) >
+   (...) ORDER BY k1, k2 LIMIT 2 OFFSET n``). The chunk key is the primary key; for a table without one the
    user's ``chunk_keys`` entry, else its first unique key over NOT NULL columns, else
    none: the table is one unchunked read (logged). Rows whose chunk key holds a NULL
    (a user-named nullable key) are one more chunk of their own.
@@ -67,6 +69,7 @@ SNAPSHOT_MODES = ("never", "initial", "initial_only", "when_needed")
 MAX_CHUNK_ROWS = 1_000_000           # rows a chunk may hold: the seq keeps 10^6 per chunk
 CHUNK_SLOTS = 1_000_000              # chunk numbers the seq tells apart (taken modulo)
 UNCHUNKED_SPAN = 1000                # chunk numbers an unchunked read reserves: 10^9 rows
+_EVEN_MAX_SPREAD = 2.0               # integer keys per row up to which chunks are even ranges
 _ATTEMPTS = 5                        # reads of a chunk whose table changed in its window
 _CHUNK_BATCH_ROWS = 32768            # rows per Arrow batch of a chunk (it is in memory anyway)
 _TIMEOUT_CODES = frozenset({1969, 3024})       # MariaDB max_statement_time, MySQL's
@@ -238,9 +241,13 @@ def probe_chunks(conn: pymysql.Connection, table: SnapshotTable, after: tuple | 
                  ) -> tuple[list[Piece], bool]:
     """Up to ``count`` chunks starting after ``after`` (None: the start); returns them
     and whether the table is done (its last chunk is among them). A table whose chunk
-    key may hold NULL gets one more chunk for those rows when it is done."""
+    key may hold NULL gets one more chunk for those rows when it is done. A dense integer
+    key (``_even_step``) gets even key ranges; a ``where`` filter, any other key, probes."""
     if not table.key:
         return [Piece(None, None, whole=True)], True
+    even = _even_step(conn, table, chunk_rows) if where is None else None
+    if even is not None:
+        return _even_pieces(after, count, *even)
     d = table.definition
     cols = ", ".join(_key_expression(table.column(k)) for k in table.key)
     order = ", ".join(_q(k) for k in table.key)
@@ -261,6 +268,60 @@ def probe_chunks(conn: pymysql.Connection, table: SnapshotTable, after: tuple | 
     if done and table.nullable:
         pieces.append(Piece(None, None, nulls=True))
     return pieces, done
+
+
+def _even_step(conn, table: SnapshotTable, chunk_rows: int) -> tuple[int, int, int] | None:
+    """For a single integer chunk key whose values are dense enough: the width of a chunk's
+    key range and the key's current minimum and maximum, so chunks are even key ranges,
+    computed instead of probed. None: probe instead (another key, too sparse a key, no
+    row estimate).
+
+    A range of ``step`` distinct integers holds at most ``step`` rows whatever the estimate
+    says, and ``step`` is at most ``_EVEN_MAX_SPREAD × chunk_rows``: a wrong row estimate
+    (InnoDB's is a sample) makes chunks uneven, never larger than that bound."""
+    if len(table.key) != 1 or table.nullable:
+        return None
+    column = table.column(table.key[0])
+    if column.data_type not in _INTEGER:
+        return None
+    d = table.definition
+    q = _q(column.name)
+    bounds = _text_rows(conn, f"SELECT MIN({q}), MAX({q}) FROM {_q(d.db)}.{_q(d.name)}", d)
+    if not bounds or bounds[0][0] is None:
+        return chunk_rows, 0, 0          # empty: one open chunk reads what is there by then
+    low, high = int(bounds[0][0]), int(bounds[0][1])
+    estimate = _text_rows(conn, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE "
+                          f"TABLE_SCHEMA = {_string(d.db)} AND TABLE_NAME = {_string(d.name)}",
+                          d)
+    rows = int(estimate[0][0]) if estimate and estimate[0][0] is not None else 0
+    if rows <= 0:
+        return None
+    spread = (high - low + 1) / rows           # key values per row (>= 1 if the estimate held)
+    if spread > _EVEN_MAX_SPREAD:
+        return None
+    return max(1, int(chunk_rows * max(1.0, spread))), low, high
+
+
+def _even_pieces(after: tuple | None, count: int, step: int, low: int,
+                 high: int) -> tuple[list[Piece], bool]:
+    """Up to ``count`` chunks of ``step`` key values after ``after`` (None: the first is
+    open below); the one that reaches ``high`` is open above, so it also reads keys
+    inserted past the maximum since."""
+    lo, edge = after, (int(after[0]) if after is not None else low - 1)
+    pieces: list[Piece] = []
+    while len(pieces) < count:
+        if edge + step >= high:
+            pieces.append(Piece(lo, None))
+            return pieces, True
+        edge += step
+        hi = (str(edge).encode(),)
+        pieces.append(Piece(lo, hi))
+        lo = hi
+    return pieces, False
+
+
+def _string(text: str) -> str:
+    return "'" + pymysql.converters.escape_string(text) + "'"
 
 
 def _text_rows(conn, sql: str, d: TableDef, where: str | None = None) -> list[tuple]:
