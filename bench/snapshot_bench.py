@@ -10,7 +10,12 @@ rotates from round to round, one process per tool:
 * ``pymysql``  ``SELECT *`` through an unbuffered pymysql cursor, every value touched;
 * ``noop``     mysqlcdc's snapshot (``snapshotMode=initial_only``) into Spark's ``noop``
                sink, ``trigger(availableNow=True)``;
-* ``changelog`` the same into the Parquet changelog sink.
+* ``changelog`` the same into the Parquet changelog sink on a local path, as ``mysqlcdc run``
+               writes it: the read tasks write the part files (DESIGN.md decision 20) and
+               the query's ``foreachBatch`` commits them;
+* ``filesink`` (only when named in ``--tools``) the same through Spark's own Parquet file
+               sink, the changelog's writer for a path that is not local (``s3a://``):
+               every row through the JVM (what ``changelog`` measured before stop 28).
 
 The Spark tools are timed from the query's start to its end inside a process whose
 SparkSession is already up (starting Spark costs 15-40 s here and is not the snapshot's).
@@ -44,7 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server import DATA_ROOT, OUT_DIR, BenchServer  # noqa: E402
 from workload import NARROW_DDL, WIDE_DDL  # noqa: E402
 
-TOOLS = ("dump", "pymysql", "noop", "changelog")
+TOOLS = ("dump", "pymysql", "noop", "changelog", "filesink")
+DEFAULT_TOOLS = ("dump", "pymysql", "noop", "changelog")
 
 _WIDE_FILL = """
 INSERT INTO wide SELECT seq, CAST(seq % 256 AS SIGNED) - 128, CAST(seq % 65536 AS SIGNED) - 32768,
@@ -299,20 +305,33 @@ def _run_query(spark, work: Path, port: int, table: str, tool: str,
     options = {"host": "127.0.0.1", "port": str(port), "user": "root", "serverId": str(server_id),
                "include": f"snap.{table}", "snapshotMode": "initial_only", "parallelism": "2",
                "snapshotChunkRows": "50000", "snapshotChunksPerBatch": "8"}
-    df = spark.readStream.format("mysqlcdc").options(**options).load()
-    if tool == "noop":
-        query = (df.writeStream.format("noop").option("checkpointLocation", str(work / "ck"))
-                 .trigger(availableNow=True).start())
-    else:       # the Parquet changelog sink's writer (sinks.changelog), run availableNow
-        query = (df.writeStream.format("parquet").option("path", str(work / "changelog"))
-                 .outputMode("append").partitionBy("db", "table")
+    if tool == "changelog":
+        # what `mysqlcdc run` does for a changelog on a local path (DESIGN.md decision 20):
+        # the read tasks write the part files, the query's foreachBatch commits them
+        from mysqlcdc.sinks.changelog import ChangelogSettings, task_writer
+        from mysqlcdc.sinks.changelog.writer import parquet_batch_committer
+        from mysqlcdc.spark.transforms import load_written
+
+        settings = ChangelogSettings(path=str(work / "changelog"), pipeline="snapbench")
+        df, _ = load_written(spark, options, None, task_writer(settings))
+        query = (df.writeStream.foreachBatch(parquet_batch_committer(settings, str(work / "ck")))
                  .option("checkpointLocation", str(work / "ck")).trigger(availableNow=True)
                  .start())
+    else:
+        df = spark.readStream.format("mysqlcdc").options(**options).load()
+        if tool == "noop":
+            query = (df.writeStream.format("noop").option("checkpointLocation", str(work / "ck"))
+                     .trigger(availableNow=True).start())
+        else:   # Spark's own Parquet file sink (the changelog's writer for a remote path)
+            query = (df.writeStream.format("parquet").option("path", str(work / "changelog"))
+                     .outputMode("append").partitionBy("db", "table")
+                     .option("checkpointLocation", str(work / "ck")).trigger(availableNow=True)
+                     .start())
     query.awaitTermination()
     if query.exception() is not None:
         raise SystemExit(str(query.exception()))
     rows = sum(int(p.get("numInputRows", 0)) for p in query.recentProgress)
-    if tool == "changelog":
+    if tool in ("changelog", "filesink"):
         import pyarrow.dataset as ds
 
         rows = ds.dataset(str(work / "changelog"), format="parquet",
@@ -386,8 +405,10 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tables", default="narrow,wide")
-    ap.add_argument("--tools", default=",".join(TOOLS))
-    ap.add_argument("--worker", choices=("pymysql", "noop", "changelog"), help=argparse.SUPPRESS)
+    ap.add_argument("--tools", default=",".join(DEFAULT_TOOLS),
+                    help=f"comma-separated, of {','.join(TOOLS)} (filesink: Spark's own Parquet "
+                    "file sink, what a changelog on a remote path is written by)")
+    ap.add_argument("--worker", choices=("pymysql", "noop", "changelog", "filesink"), help=argparse.SUPPRESS)
     ap.add_argument("--table", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--server-id", type=int, default=7500, help=argparse.SUPPRESS)
