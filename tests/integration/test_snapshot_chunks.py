@@ -193,26 +193,22 @@ def test_chunks_cover_the_table_exactly_once(mariadb, fresh_db, ddl, values, chu
     assert len(set(seqs)) == len(seqs)
 
 
-def _sql_probes(server, fn):
-    """``fn(conn)``'s result and how many keyset probes (``LIMIT .. OFFSET``) it sent."""
-    conn = server.connect()
-    sent: list[str] = []
+def _probes_sent(fn):
+    """``fn()``'s result and how many keyset probes (``LIMIT .. OFFSET``) it sent to the
+    server (the real queries, counted on their way)."""
+    import mysqlcdc.capture.snapshot as snapshot
+
+    real, sent = snapshot._text_rows, []
+
+    def counting(conn, sql, *args, **kw):
+        sent.append(sql)
+        return real(conn, sql, *args, **kw)
+
+    snapshot._text_rows = counting
     try:
-        import mysqlcdc.capture.snapshot as snapshot
-
-        real = snapshot._text_rows
-
-        def counting(c, sql, *a, **kw):
-            sent.append(sql)
-            return real(c, sql, *a, **kw)
-
-        snapshot._text_rows = counting
-        try:
-            return fn(conn), sum("OFFSET" in s for s in sent)
-        finally:
-            snapshot._text_rows = real
+        return fn(), sum("OFFSET" in sql for sql in sent)
     finally:
-        conn.close()
+        snapshot._text_rows = real
 
 
 @pytest.mark.parametrize("ddl, fill, expect_even", [
@@ -229,7 +225,7 @@ def _sql_probes(server, fn):
 def test_dense_integer_keys_are_cut_into_even_ranges(mariadb, fresh_db, ddl, fill, expect_even):
     mariadb.sql(ddl, fill, "ANALYZE TABLE e", db=fresh_db)
     table = _table(mariadb, fresh_db, "e")
-    pieces, probes = _sql_probes(mariadb, lambda conn: _pieces(mariadb, table, 128))
+    pieces, probes = _probes_sent(lambda: _pieces(mariadb, table, 128))
     assert (probes == 0) == expect_even
     assert 7 <= len(pieces) <= 17
     rows = _read_all(mariadb, table, 128)
@@ -247,7 +243,7 @@ def test_even_ranges_hold_their_bound_when_rows_fill_the_gaps(mariadb, fresh_db)
                 "INSERT INTO w SELECT seq * 2, seq FROM seq_1_to_600", "ANALYZE TABLE w",
                 db=fresh_db)
     table = _table(mariadb, fresh_db, "w")
-    pieces, probes = _sql_probes(mariadb, lambda conn: _pieces(mariadb, table, 100))
+    pieces, probes = _probes_sent(lambda: _pieces(mariadb, table, 100))
     assert probes == 0 and 6 <= len(pieces) <= 7 and pieces[-1].hi is None
     mariadb.sql("INSERT INTO w SELECT seq * 2 - 1, seq FROM seq_1_to_600",
                 "INSERT INTO w VALUES (1201, 0), (5000, 0)", db=fresh_db)
@@ -256,9 +252,22 @@ def test_even_ranges_hold_their_bound_when_rows_fill_the_gaps(mariadb, fresh_db)
 
 
 def test_an_empty_table_is_one_open_chunk(mariadb, fresh_db):
+    """Empty from the start, or emptied after its first chunks were planned (negative keys:
+    no run of empty ranges up to 0): one open chunk reads what is there by then."""
     mariadb.sql("CREATE TABLE z (id INT PRIMARY KEY)", db=fresh_db)
     table = _table(mariadb, fresh_db, "z")
     assert _pieces(mariadb, table, 100) == [Piece(None, None)]
+    mariadb.sql("INSERT INTO z SELECT CAST(seq AS SIGNED) - 1000000 FROM seq_1_to_500",
+                "ANALYZE TABLE z", db=fresh_db)
+    conn = mariadb.connect()
+    try:
+        first, done = probe_chunks(conn, table, None, 100, 2)
+        assert not done and len(first) == 2
+        mariadb.sql("DELETE FROM z", db=fresh_db)
+        rest, done = probe_chunks(conn, table, first[-1].hi, 100, 5)
+    finally:
+        conn.close()
+    assert done and rest == [Piece(first[-1].hi, None)]
 
 
 def test_a_where_filter_reads_only_its_rows(mariadb, fresh_db):

@@ -270,11 +270,12 @@ def probe_chunks(conn: pymysql.Connection, table: SnapshotTable, after: tuple | 
     return pieces, done
 
 
-def _even_step(conn, table: SnapshotTable, chunk_rows: int) -> tuple[int, int, int] | None:
+def _even_step(conn, table: SnapshotTable,
+               chunk_rows: int) -> tuple[int, int | None, int | None] | None:
     """For a single integer chunk key whose values are dense enough: the width of a chunk's
-    key range and the key's current minimum and maximum, so chunks are even key ranges,
-    computed instead of probed. None: probe instead (another key, too sparse a key, no
-    row estimate).
+    key range and the key's current minimum and maximum (None, None: the table is empty),
+    so chunks are even key ranges, computed instead of probed. None: probe instead
+    (another key, too sparse a key, no row estimate).
 
     A range of ``step`` distinct integers holds at most ``step`` rows whatever the estimate
     says, and ``step`` is at most ``_EVEN_MAX_SPREAD × chunk_rows``: a wrong row estimate
@@ -288,7 +289,7 @@ def _even_step(conn, table: SnapshotTable, chunk_rows: int) -> tuple[int, int, i
     q = _q(column.name)
     bounds = _text_rows(conn, f"SELECT MIN({q}), MAX({q}) FROM {_q(d.db)}.{_q(d.name)}", d)
     if not bounds or bounds[0][0] is None:
-        return chunk_rows, 0, 0          # empty: one open chunk reads what is there by then
+        return chunk_rows, None, None    # empty: one open chunk reads what is there by then
     low, high = int(bounds[0][0]), int(bounds[0][1])
     estimate = _text_rows(conn, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE "
                           f"TABLE_SCHEMA = {_string(d.db)} AND TABLE_NAME = {_string(d.name)}",
@@ -302,11 +303,13 @@ def _even_step(conn, table: SnapshotTable, chunk_rows: int) -> tuple[int, int, i
     return max(1, int(chunk_rows * max(1.0, spread))), low, high
 
 
-def _even_pieces(after: tuple | None, count: int, step: int, low: int,
-                 high: int) -> tuple[list[Piece], bool]:
+def _even_pieces(after: tuple | None, count: int, step: int, low: int | None,
+                 high: int | None) -> tuple[list[Piece], bool]:
     """Up to ``count`` chunks of ``step`` key values after ``after`` (None: the first is
     open below); the one that reaches ``high`` is open above, so it also reads keys
-    inserted past the maximum since."""
+    inserted past the maximum since. An empty table (``high`` None) is that one chunk."""
+    if high is None:
+        return [Piece(after, None)], True
     lo, edge = after, (int(after[0]) if after is not None else low - 1)
     pieces: list[Piece] = []
     while len(pieces) < count:
