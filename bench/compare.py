@@ -193,7 +193,9 @@ def _mysqlcdc_stream(args: argparse.Namespace) -> RowTally:
         settings=ConnectionSettings("127.0.0.1", port=args.port, user="root"),
         server_id=args.server_id,
         start=BinlogPosition.of(args.files[0], 4),
-        end=BinlogPosition.of(args.end_file, 4),     # the file after the workload's last one
+        # the file after the workload's last one, or where the caller says (e2e.py: the
+        # server's end, the range its pipelines read)
+        end=BinlogPosition.of(args.end_file, args.end_pos),
         tables=include,
         definitions=tables,
     )
@@ -277,7 +279,8 @@ def run_worker(tool: tuple[str, str | None], workload: str, info: dict, server: 
     cmd = [sys.executable, __file__, "--worker", kind, "--cpu", str(args.cpu),
            "--port", str(server.port), "--datadir", str(server.datadir),
            "--table", info["table"], "--server-id", str(server_id),
-           "--end-file", next_binlog(info["files"][-1]), "--files", *info["files"]]
+           "--end-file", info.get("end_file") or next_binlog(info["files"][-1]),
+           "--end-pos", str(info.get("end_pos", 4)), "--files", *info["files"]]
     if args.peer_limit:
         cmd += ["--limit", str(args.peer_limit)]
     if mode:
@@ -496,6 +499,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--worker", choices=("peer", "mysqlcdc"), help=argparse.SUPPRESS)
     ap.add_argument("--mode", choices=MYSQLCDC_MODES, help=argparse.SUPPRESS)
     ap.add_argument("--end-file", help=argparse.SUPPRESS)
+    ap.add_argument("--end-pos", type=int, default=4, help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--datadir", help=argparse.SUPPRESS)

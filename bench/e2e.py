@@ -6,7 +6,9 @@ on the same private mariadbd, each repetition in alternating order:
 * ``peer``         python-mysql-replication decoding the workload over the replication
                    protocol (decode only, one core, its first ``--peer-limit`` rows);
 * ``read_range``   mysqlcdc's read task alone (``capture.task.read_range``: replication
-                   protocol -> envelope Arrow batches; decode only, one core, whole file);
+                   protocol -> envelope Arrow batches; decode only, one core), over the
+                   range the pipelines read: the workload's first event to the server's
+                   end (for ``wide`` the narrow file's events are passed over by both);
 * ``changelog``    ``mysqlcdc run PIPELINE.yaml --until-idle`` from the workload's first
                    event into a Parquet changelog: the whole process (JVM, Python workers,
                    Spark start-up included), every core it wants;
@@ -77,7 +79,9 @@ def _sink(kind: str, broker) -> str:
 
 
 def _yaml(args, server, workload: str, info: dict, kind: str, broker, server_id: int) -> str:
-    extra = {"max_events_per_batch": args.max_events, "parallelism": args.level}
+    extra = {"parallelism": args.level}
+    if args.max_events is not None:            # else the product's default
+        extra["max_events_per_batch"] = args.max_events
     start = f"{info['files'][0]}:4"
     if kind == "startup":
         start, extra["snapshot"] = "latest", "{mode: never}"
@@ -179,10 +183,26 @@ def run_decoder(args, server, workload: str, info: dict, tool: str, server_id: i
     """A decode-only tool of ``compare.py``, one core, in a process of its own."""
     ns = argparse.Namespace(cpu=args.cpu, src_dir=args.src_dir,
                             peer_limit=args.peer_limit if tool == "peer" else None)
+    if tool == "read_range":   # what the pipelines read: from the workload to the server's end
+        info = {**info, "end_file": args.server_end[0], "end_pos": args.server_end[1]}
     kind = ("peer", None) if tool == "peer" else ("mysqlcdc", "stream")
     r = compare.run_worker(kind, workload, info, server, ns, server_id)
     return {"tool": tool, "rows": r["rows"], "seconds": r["seconds"],
             "cpu_seconds": r["cpu_seconds"]}
+
+
+def _server_end(server) -> tuple[str, int]:
+    """The server's current binlog position: where an ``--until-idle`` pipeline stops. For
+    ``wide`` that range holds the later workloads' files too, whose events the table
+    filter passes over: ``read_range`` reads the same range, so the two compare."""
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+    finally:
+        conn.close()
+    return str(file), int(pos)
 
 
 def summarize(results: list[dict], tools: list[str], workloads: list[str]) -> list[dict]:
@@ -249,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="run the pipelines on a Spark standalone cluster of this many one-core "
                          "workers on loopback (started and stopped here)")
     ap.add_argument("--trigger", default="0 seconds")
-    ap.add_argument("--max-events", type=int, default=50_000)
+    ap.add_argument("--max-events", type=int, default=None,
+                    help="source.max_events_per_batch (default: the product's own)")
     ap.add_argument("--parallelism", default="1",
                     help="source.parallelism; a list (1,2,4) runs each pipeline tool at each")
     ap.add_argument("--set", action="append", default=[], metavar="source.KEY=VALUE")
@@ -263,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     basedir = data_dir_for(args.rows, args.seed)
     manifest = json.loads((basedir / "manifest.json").read_text())
     server = BenchServer(basedir=basedir).start()
+    args.server_end = _server_end(server)
     cluster = None
     if args.cluster:
         from tests.support.spark_cluster import StandaloneCluster

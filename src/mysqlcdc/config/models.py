@@ -253,6 +253,14 @@ class SnapshotConfig(_Model):
         return value
 
 
+# ``source.max_events_per_batch`` by default (DESIGN.md decision 22). A sink written by
+# the read tasks keeps its memory within its writers' buffers whatever a batch holds, and
+# each micro-batch costs a fixed few hundred milliseconds besides its rows: fewer, larger
+# batches. The others meet a batch's rows in the JVM or on the driver.
+EVENTS_PER_BATCH = 50_000
+EVENTS_PER_BATCH_TASK_WRITTEN = 500_000
+
+
 class HeartbeatConfig(_Model):
     """A row written to the source every `interval_s`, so the binlog moves even when the
     captured tables are idle: offsets advance, the binlog files this pipeline needs are
@@ -310,12 +318,17 @@ class SourceConfig(_Model):
     tables: TablesConfig = Field(
         default_factory=TablesConfig, description="Which tables to capture."
     )
-    max_events_per_batch: int = Field(
-        50000,
+    max_events_per_batch: int | None = Field(
+        None,
         gt=0,
         description="Admission control: a micro-batch ends at the first transaction "
         "boundary after this many binlog events, so a longer backlog is spread over several "
-        "batches (one large transaction still goes in one batch).",
+        "batches (one large transaction still goes in one batch). Null: "
+        f"{EVENTS_PER_BATCH_TASK_WRITTEN:,} for a sink whose read tasks write its changes "
+        "themselves (a changelog on a local path; Kafka at `parallelism: 1`; no `flatten` "
+        "before it), whose memory no batch size changes, and "
+        f"{EVENTS_PER_BATCH:,} for the others, whose batch's rows meet in the JVM or on the "
+        "driver.",
     )
     parallelism: int = Field(
         1, ge=1, le=64, description="Decode partitions per micro-batch, 1..64."
@@ -412,6 +425,13 @@ class SourceConfig(_Model):
     def sink_server_id(self, index: int) -> int:
         """The server id of sink ``index``'s query (its readers use the next ``parallelism``)."""
         return self.server_id + index * (self.parallelism + 1)
+
+    def events_per_batch(self, task_written: bool) -> int:
+        """``max_events_per_batch``, or its default for a sink whose read tasks write its
+        changes themselves (``task_written``) or not."""
+        if self.max_events_per_batch is not None:
+            return self.max_events_per_batch
+        return EVENTS_PER_BATCH_TASK_WRITTEN if task_written else EVENTS_PER_BATCH
 
 
 # --- spark -------------------------------------------------------------------

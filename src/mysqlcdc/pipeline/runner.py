@@ -24,7 +24,8 @@ from mysqlcdc.types import BinlogPosition
 
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
            "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir",
-           "retry_policy", "checkpointed_position", "snapshot_status"]
+           "retry_policy", "checkpointed_position", "snapshot_status", "writes_in_tasks",
+           "jit_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
         "include": ",".join(src.tables.include),
         # the heartbeat table moves the binlog; its rows are never captured
         "exclude": ",".join([*src.tables.exclude, *([src.heartbeat.table] if src.heartbeat else [])]),
-        "maxEventsPerBatch": str(src.max_events_per_batch),
+        "maxEventsPerBatch": str(src.events_per_batch(writes_in_tasks(cfg, index))),
         "parallelism": str(src.parallelism),
         "connectTimeout": str(max(1, int(src.connect_timeout_s))),
         "reconnectMaxWait": str(src.reconnect.max_wait_s),
@@ -92,6 +93,32 @@ def source_options(cfg: PipelineConfig, index: int = 0) -> dict[str, str]:
         opts["ssl.verifyCert"] = str(ssl["verify_mode"]).lower()
         opts["ssl.verifyIdentity"] = str(ssl["check_hostname"]).lower()
     return opts
+
+
+def writes_in_tasks(cfg: PipelineConfig, index: int) -> bool:
+    """Whether the source's read tasks write sink ``index``'s changes themselves (DESIGN.md
+    decision 20), so that none of its rows reach the JVM: a changelog on a local path, or
+    Kafka read by one task per batch, with no ordered transform (``flatten``) before it.
+    Memory is then bounded by the writers' buffers whatever a batch holds."""
+    sink = cfg.sinks[index]
+    if isinstance(sink, ChangelogSinkConfig):
+        from mysqlcdc.sinks.changelog import from_sink_config, task_writer
+
+        if task_writer(from_sink_config(sink, cfg.name, index)) is None:
+            return False
+    elif not isinstance(sink, KafkaSinkConfig) or cfg.source.parallelism > 1:
+        return False       # parallel slices share keys: their messages meet in the JVM
+    if not cfg.transforms and not sink.transforms:
+        return True
+    from mysqlcdc.pipeline.transforms import has_ordered
+
+    return not has_ordered(cfg, index)
+
+
+def jit_mode(cfg: PipelineConfig) -> str:
+    """The JVM's compilers for this pipeline (``spark.session.JIT_MODES``, DESIGN.md decision
+    22): ``quick`` when no sink's rows reach the JVM, else ``full``."""
+    return "quick" if all(writes_in_tasks(cfg, i) for i in range(len(cfg.sinks))) else "full"
 
 
 def retry_policy(cfg: PipelineConfig):
@@ -338,7 +365,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         until_idle = True              # the snapshot, then stop
     if spark is None:                # this process owns Spark: stop it on SIGTERM too
         spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
-                              dict(cfg.spark.conf))
+                              dict(cfg.spark.conf), jit=jit_mode(cfg))
         _stop_on_sigterm()
     if quiet:
         from mysqlcdc.spark.session import quiet_failures

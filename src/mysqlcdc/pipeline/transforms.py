@@ -21,7 +21,7 @@ from mysqlcdc.transforms.loader import add_search_paths, resolve, ship_files, sp
 from mysqlcdc.transforms.outbox import Outbox
 from mysqlcdc.transforms.python import PythonTransform
 
-__all__ = ["build_transform", "sink_chain", "user_modules", "check_user_code", "helpers_of",
+__all__ = ["build_transform", "sink_chain", "has_ordered", "user_modules", "check_user_code", "helpers_of",
            "plugin_classes"]
 
 
@@ -87,6 +87,12 @@ def sink_chain(cfg: PipelineConfig, index: int, *, history_dir: str | None,
     return Chain(transforms=transforms, pipeline=cfg.name,
                  sink=f"{index}-{cfg.sinks[index].type}", history_dir=history_dir,
                  state_dir=state_dir, helpers=tuple(cfg.helpers), dead_letters=dead_letters)
+
+
+def has_ordered(cfg: PipelineConfig, index: int) -> bool:
+    """Whether sink ``index``'s transforms include an ordered one, which must see the whole
+    micro-batch in one task after the read tasks."""
+    return any(build_transform(m, label).ordered for label, m in _labelled(cfg, index))
 
 
 def user_modules(cfg: PipelineConfig) -> list[str]:

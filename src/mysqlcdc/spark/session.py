@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Mapping
 
-__all__ = ["build_session", "register", "quiet_failures"]
+__all__ = ["build_session", "register", "quiet_failures", "with_jit", "JIT_MODES"]
 
 # Quiet, small defaults for one machine; every key can be overridden by `conf`.
 DEFAULT_CONF = {
@@ -22,12 +22,41 @@ DEFAULT_CONF = {
 }
 
 
+# The JVM's just-in-time compilers (DESIGN.md decision 22). ``quick``: C1 alone, for a JVM
+# that only plans and commits while the read tasks write every row themselves (decision
+# 20); its optimising compiler (C2) would spend more CPU compiling Spark's planning code
+# than that code ever costs. ``full``: the JVM's default (C1, then C2 for hot code), for a
+# JVM that moves rows: C1 alone about doubles its per-row work there.
+JIT_MODES = ("full", "quick")
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+# a Java option among these is the user's own choice of compilers: left alone
+_JIT_OPTIONS = ("TieredStopAtLevel", "TieredCompilation", "CompilationMode", "-Xint", "-Xcomp",
+                "-Xmixed")
+_JAVA_OPTION_KEYS = ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")
+
+
+def with_jit(settings: Mapping[str, str], jit: str) -> dict[str, str]:
+    """``settings`` with the Java options of the JIT mode ``jit`` (see ``JIT_MODES``) for
+    the driver and the executors, unless their options already choose the compilers."""
+    if jit not in JIT_MODES:
+        raise ValueError(f"jit must be one of {JIT_MODES}, not {jit!r}")
+    out = dict(settings)
+    if jit == "full":
+        return out
+    for key in _JAVA_OPTION_KEYS:
+        own = out.get(key, "")
+        if not any(option in own for option in _JIT_OPTIONS):
+            out[key] = f"{own} {QUICK_JIT}".strip()
+    return out
+
+
 def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
-                  conf: Mapping[str, str] | None = None):
+                  conf: Mapping[str, str] | None = None, *, jit: str = "full"):
     """Get or create a SparkSession with the mysqlcdc source registered.
 
     Python workers must run this interpreter (it has pyarrow and mysqlcdc), so
-    PYSPARK_PYTHON is pinned to it before the JVM starts.
+    PYSPARK_PYTHON is pinned to it before the JVM starts. ``jit``: the JVM's compilers
+    (``JIT_MODES``); a session that exists already keeps its own.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -37,7 +66,7 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
 
     from mysqlcdc.spark import warmstart
 
-    settings = {**DEFAULT_CONF, **(conf or {})}
+    settings = with_jit({**DEFAULT_CONF, **(conf or {})}, jit)
     cache = warmstart.cache_dir() if warmstart.enabled() else None
     if cache is not None:
         home = warmstart.spark_home(cache)

@@ -117,7 +117,8 @@ def test_minimal_file_gets_defaults(tmp_path: Path) -> None:
     src = cfg.source
     assert (src.port, src.start, src.password(), src.ssl) == (3306, "latest", "", None)
     assert (src.tables.include, src.tables.exclude) == (["*.*"], [])
-    assert (src.max_events_per_batch, src.parallelism, src.connect_timeout_s) == (50000, 1, 10.0)
+    assert (src.max_events_per_batch, src.parallelism, src.connect_timeout_s) == (None, 1, 10.0)
+    assert (src.events_per_batch(True), src.events_per_batch(False)) == (500_000, 50_000)
     reconnect = src.reconnect
     assert (reconnect.attempts, reconnect.initial_delay_s, reconnect.max_delay_s) == (None, 0.5, 30)
     assert reconnect.max_wait_s == 600
