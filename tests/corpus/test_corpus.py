@@ -279,6 +279,42 @@ def test_include_filter_skips_row_decoding():
     assert sum(len(e.rows) for e in rows if e.kind == "u") == 500
 
 
+def _by_table(rel: str, include=None) -> dict:
+    from mysqlcdc.capture.offline import iter_file_batches
+
+    out: dict = {}
+    for batch in iter_file_batches([str(CORPUS / rel)], include=include):
+        for row in batch.to_pylist():
+            out.setdefault((row["db"], row["table"]), []).append(row)
+    return out
+
+
+@pytest.mark.parametrize("rel", ["local-mariadb-10.11/mariadb-bin.000001",
+                                 "local-mariadb-10.11/mariadb-bin.000003"])
+def test_rows_of_a_filtered_table_are_passed_over_and_the_rest_is_unchanged(rel, monkeypatch):
+    """A rows event of a table whose TABLE_MAP says it is filtered out is passed over from
+    its bytes (``rowsdecode.EXCLUDED``), with no event built; every other table's
+    changes and their transactions come out as they do without the filter."""
+    from mysqlcdc.binlog import rowsdecode
+
+    everything = _by_table(rel)
+    passed = []
+    real = rowsdecode._excluded
+
+    def counted(*args):
+        found = real(*args)
+        passed.extend([found] if found is rowsdecode.EXCLUDED else [])
+        return found
+
+    monkeypatch.setattr(rowsdecode, "_excluded", counted)
+    for dropped in everything:
+        passed.clear()
+        kept = _by_table(rel, include=lambda db, t, dropped=dropped: (db, t) != dropped)
+        assert kept == {k: v for k, v in everything.items() if k != dropped}
+        if len(everything[dropped]) > 1:
+            assert passed, f"no rows event of {dropped} was passed over from its bytes"
+
+
 # --- names from the DDL in the files (no server to ask, no column names in the binlog) ---
 
 def _file_changes(rel: str) -> list[tuple[str, str, dict]]:

@@ -102,20 +102,40 @@ def decode_rows_body(parser: BinlogParser, header: E.EventHeader, data: bytes, p
     return _RowsEvent(header, kind, table_id, schema, table, rows, stmt_end, names)
 
 
+# what ``skim_rows_body`` returns for a rows event of a table that is filtered out
+EXCLUDED = ("excluded",)
+
+
 def skim_rows_body(parser: BinlogParser, data: bytes, end: int) -> tuple | None:
     """``decode_rows_body``'s common case (``_known_shape``) without an event:
-    ``(hit, rows)``; ``end`` is where its rows data ends. None for any other event, or
-    when its images do not fill it exactly or cannot be read: ``parse`` it then, which
-    decodes it or raises the named error."""
+    ``(hit, rows)``; ``end`` is where its rows data ends. ``EXCLUDED`` for a plain rows
+    event of a table whose TABLE_MAP in force is filtered out (``parse`` would build an
+    event without rows). None for any other event, or when its images do not fill it
+    exactly or cannot be read: ``parse`` it then, which decodes it or raises the named
+    error."""
     known = _known_shape(parser, data[4], data, parser.header_length, end)
     if known is None:
-        return None
+        return _excluded(parser, data, end)
     hit, start = known
     try:
         rows, pos = hit[1](data, start, end)
     except Exception:   # noqa: BLE001 - parse decodes it again and names what is wrong
         return None
     return (hit, rows) if pos == end else None
+
+
+def _excluded(parser: BinlogParser, data: bytes, end: int) -> tuple | None:
+    """``EXCLUDED`` when ``data`` is a plain v1/v2 rows event of a table id whose TABLE_MAP
+    in force is filtered out; None otherwise."""
+    code = data[4]
+    fast = _FAST.get(code)
+    p = parser.header_length
+    if fast is None or p + fast[0] > end or parser.post_header_len(code, -1) != fast[0]:
+        return None
+    state = parser.table_maps.get(int.from_bytes(data[p:p + 6], "little"))
+    if state is None or state.included:
+        return None
+    return EXCLUDED
 
 
 def _remember(parser: BinlogParser, code: int, key: bytes, entry: tuple) -> None:

@@ -18,7 +18,7 @@ from mysqlcdc.binlog.events import (MariadbAnnotateRowsEvent, QueryEvent, RowsEv
 from mysqlcdc.binlog.constants import (MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
                                        TABLE_MAP_EVENT, XID_EVENT)
 from mysqlcdc.binlog.parser import BinlogParser
-from mysqlcdc.binlog.rowsdecode import ROWS_FAST_CODES
+from mysqlcdc.binlog.rowsdecode import EXCLUDED, ROWS_FAST_CODES
 from mysqlcdc.envelope.builder import EnvelopeBuilder
 from mysqlcdc.envelope.model import OP_ROLLBACK, OP_SCHEMA, OP_TRUNCATE
 from mysqlcdc.errors import ConnectionLostError, SchemaError
@@ -212,10 +212,12 @@ class ChangeDecoder:
         skimmed = self.parser.skim_rows(data)
         if skimmed is None:
             return False
-        (_, _, kind, table_id, schema, table, _, _), rows = skimmed
         tracker = self.tracker
         if not tracker.in_txn:
             tracker.observe_table_map_bytes(data, file, pos)   # opens a txn context if needed
+        if skimmed is EXCLUDED:
+            return True       # a table filtered out: nothing of it is decoded
+        (_, _, kind, table_id, schema, table, _, _), rows = skimmed
         if history is not None and history.view.before_catchup(history.at):
             return True       # a catch-up task: rows up to the quarantine were emitted
         self.builder.add_rows(kind, schema, table, rows, self.keys.get(table_id), tracker.ctx, file,
