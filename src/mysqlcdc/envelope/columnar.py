@@ -17,6 +17,7 @@ image is ``{"name":fragment,...}``, joined by Arrow.
 from __future__ import annotations
 
 from binascii import b2a_base64
+from functools import cache
 from typing import Any, Callable
 
 import numpy as np
@@ -35,8 +36,13 @@ from mysqlcdc.binlog.values.temporal import FRAC_SCALE
 __all__ = ["ImagePlan", "ValueFailed", "image_plan"]
 
 _PLANS: dict[tuple, "ImagePlan"] = {}
-_EMPTY = pa.scalar(b"", pa.binary())
-_QUOTE = pa.scalar(b'"', pa.binary())
+
+
+@cache
+def _scalar(text: bytes) -> pa.Scalar:
+    """A binary scalar, made at its first use: pyarrow imports pandas at its first
+    conversion of a Python value, which the processes that only plan never need."""
+    return pa.scalar(text, pa.binary())
 
 
 class ValueFailed(Exception):
@@ -97,12 +103,12 @@ def _int_text(values: np.ndarray) -> pa.Array:
 
 
 def _join(*parts: Any) -> pa.Array:
-    return pc.binary_join_element_wise(*parts, _EMPTY)
+    return pc.binary_join_element_wise(*parts, _scalar(b""))
 
 
 def _join_json(*parts: Any) -> pa.Array:
     """``_join`` writing ``null`` for a null part (a NULL value)."""
-    return pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace", null_replacement="null")
+    return pc.binary_join_element_wise(*parts, _scalar(b""), null_handling="replace", null_replacement="null")
 
 
 def _with_nulls(frags: pa.Array, null: np.ndarray) -> pa.Array:
@@ -542,7 +548,7 @@ class _Bare:
 
 
 def _quoted(text: pa.Array) -> pa.Array:
-    return _join(_QUOTE, text.cast(pa.binary()), _QUOTE)
+    return _join(_scalar(b'"'), text.cast(pa.binary()), _scalar(b'"'))
 
 
 def _utf8_kernel(ctx: _Ctx, off, vstart, vlen, null):

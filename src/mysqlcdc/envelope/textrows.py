@@ -35,13 +35,11 @@ import pyarrow.compute as pc
 
 from mysqlcdc.binlog.values.float32 import float32_text
 from mysqlcdc.envelope.builder import _encode
-from mysqlcdc.envelope.columnar import _float_kernel, _join, _list_texts, make_context
+from mysqlcdc.envelope.columnar import _float_kernel, _join, _list_texts, _scalar, make_context
 
 __all__ = ["KINDS", "fragments", "object_texts"]
 
 KINDS = ("number", "double", "float", "string", "quoted", "timestamp", "set", "json")
-_QUOTE = pa.scalar(b'"', pa.binary())
-_EMPTY = pa.scalar(b"", pa.binary())
 _F32 = struct.Struct("<f")
 
 
@@ -72,19 +70,19 @@ def object_texts(names: list[str], frags: list[pa.Array]) -> pa.Array:
     for i, (name, frag) in enumerate(zip(names, frags)):
         parts += [("{" if i == 0 else ",").encode() + orjson.dumps(name) + b":", frag]
     parts.append(b"}")
-    joined = pc.binary_join_element_wise(*parts, _EMPTY, null_handling="replace",
+    joined = pc.binary_join_element_wise(*parts, _scalar(b""), null_handling="replace",
                                          null_replacement="null")
     return joined.cast(pa.string())
 
 
 def _quoted(values: pa.Array) -> pa.Array:
-    return pc.binary_join_element_wise(_QUOTE, values, _QUOTE, _EMPTY)
+    return pc.binary_join_element_wise(_scalar(b'"'), values, _scalar(b'"'), _scalar(b""))
 
 
 def _timestamps(values: pa.Array) -> pa.Array:
     utc = pc.binary_join_element_wise(
-        _QUOTE, pc.replace_substring(values, b" ", b"T", max_replacements=1),
-        pa.scalar(b'Z"', pa.binary()), _EMPTY)
+        _scalar(b'"'), pc.replace_substring(values, b" ", b"T", max_replacements=1),
+        pa.scalar(b'Z"', pa.binary()), _scalar(b""))
     zero = pc.starts_with(values.cast(pa.string()), "0000-00-00")
     return pc.if_else(zero.fill_null(False), _quoted(values), utc)
 
@@ -142,7 +140,7 @@ def _sets(values: pa.Array) -> pa.Array:
     escaped = pc.replace_substring(escaped, b'"', b'\\"')
     listed = pc.replace_substring(escaped, b",", b'","')
     out = pc.binary_join_element_wise(pa.scalar(b'["', pa.binary()), listed,
-                                      pa.scalar(b'"]', pa.binary()), _EMPTY)
+                                      pa.scalar(b'"]', pa.binary()), _scalar(b""))
     empty = pc.equal(pc.binary_length(values), 0)
     return pc.if_else(empty, pa.scalar(b"[]", pa.binary()), out)
 

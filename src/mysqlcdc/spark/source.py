@@ -21,9 +21,8 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -37,19 +36,22 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from mysqlcdc.capture import batchend
-from mysqlcdc.capture.backfill import SnapshotPhase
 from mysqlcdc.capture.control import SeekRequest, StreamControl
-from mysqlcdc.capture.planner import RangePlanner
-from mysqlcdc.capture.positions import PositionFinder, resolve_start
-from mysqlcdc.capture.server import list_binlogs
-from mysqlcdc.capture.task import RangeTask, read_range
 from mysqlcdc.errors import BinlogPurgedError, SourceChangedError
-from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol import retry
-from mysqlcdc.spark.batches import finish_batches
 from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from mysqlcdc.capture.planner import RangePlanner
+    from mysqlcdc.capture.positions import PositionFinder
+    from mysqlcdc.capture.task import RangeTask
+
+# Spark creates the source, plans its reads and runs its planner each in a Python process
+# of its own, one after the other before the first batch: this module imports what only
+# the planner or the read tasks need where they need it, so the others start sooner.
 
 __all__ = ["MysqlcdcDataSource"]
 
@@ -166,7 +168,7 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.writer = writer          # the sink's task writer (spark.taskwrite), if any
         self._planner: RangePlanner | None = None
         self._target: BinlogPosition | None = None
-        self._snapshot = SnapshotPhase(options, lambda: self.planner)
+        self._snapshot_phase = None
         folder = options.schema_history
         self._control = None if folder is None else StreamControl(folder)
         self._counts = None if folder is None else str(Path(folder) / "counts")
@@ -175,10 +177,23 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def planner(self) -> RangePlanner:
         if self._planner is None:
+            from mysqlcdc.capture.planner import RangePlanner
+
             self._planner = RangePlanner(self.options)
         return self._planner
 
+    @property
+    def _snapshot(self):
+        """The snapshot phase (``capture.backfill.SnapshotPhase``), made at its first use."""
+        if self._snapshot_phase is None:
+            from mysqlcdc.capture.backfill import SnapshotPhase
+
+            self._snapshot_phase = SnapshotPhase(self.options, lambda: self.planner)
+        return self._snapshot_phase
+
     def _finder(self, p: RangePlanner) -> PositionFinder:
+        from mysqlcdc.capture.positions import PositionFinder
+
         return PositionFinder(self.options.settings, self.options.server_id, p._sql,
                               self.options.retry)
 
@@ -195,6 +210,8 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         seek = self._control.pending_seek() if self._control is not None else None
         if seek is not None:                # a seek before the first batch: start there
             return seek.offset()
+        from mysqlcdc.capture.positions import resolve_start
+
         start, gtid = self._through_outages(lambda p: resolve_start(
             p, self._finder(p), self.options.start))
         return self._through_outages(lambda p: self._snapshot.initial(start, _offset(start, gtid)))
@@ -207,6 +224,8 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._through_outages(lambda p: p.current())
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        from mysqlcdc.capture import batchend
+
         control = self._control
         if control is not None:
             if control.paused():
@@ -252,6 +271,8 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _stands_for(self, p: RangePlanner, offset: dict) -> dict:
         """The plain offset ``offset`` stands for: a pending end resolved to where its read
         tasks ended, its GTID set grown by the transactions they read."""
+        from mysqlcdc.capture import batchend
+
         if not batchend.pending(offset):
             return offset
         return batchend.offset_after(offset, p.found_of(offset))
@@ -271,6 +292,8 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     end: BinlogPosition) -> dict:
         """The end offset of ``[begin, end)``: the start's GTID set with the range's
         transactions added (the scan that found ``end`` collected them)."""
+        from mysqlcdc.gtidset import GtidSet
+
         scan = p._last_scan
         if scan is None or (scan.start, scan.end) != (begin, end):
             scan = p.scan(begin, end, None)
@@ -288,6 +311,8 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.schema_history is None or now - self._runway_at < 30:
             return
         self._runway_at = now
+
+        from mysqlcdc.capture.server import list_binlogs
 
         def note(p: RangePlanner) -> None:
             names = [name for name, _ in list_binlogs(p._sql())]
@@ -368,6 +393,9 @@ class MysqlcdcBatchReader(DataSourceReader):
         self.writer = writer
 
     def partitions(self) -> Sequence[InputPartition]:
+        from mysqlcdc.capture.planner import RangePlanner
+        from mysqlcdc.capture.positions import PositionFinder, resolve_start
+
         planner = RangePlanner(self.options)
         try:
             finder = PositionFinder(self.options.settings, self.options.server_id,
@@ -389,6 +417,9 @@ class MysqlcdcBatchReader(DataSourceReader):
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """A partition's envelope batches with the seq epoch applied and rows counted (what
     was read: before any transform)."""
+    from mysqlcdc.capture.task import read_range
+    from mysqlcdc.spark.batches import finish_batches
+
     chunk = getattr(partition, "chunk", None)
     if chunk is not None:
         return finish_batches(_read_chunk(chunk), partition.epoch, partition.counts)
