@@ -17,11 +17,20 @@ chunk beside the stream, the records opening a new snapshot; the source marks th
 spreads them over write tasks by key, orders each task's by ``seq`` and publishes them,
 as the stream writer does. A pipeline at ``parallelism: 1`` meets that case only for
 backfills running beside the stream.
+
+A task that publishes itself hands each record batch to a publishing thread of its own
+(:class:`_Publisher`) and decodes the next one meanwhile: waiting for the broker's
+acknowledgements and Arrow's encoding release the GIL, so they overlap the decoding. The
+thread publishes the batches in order, one at a time, each acknowledged before the next
+(nothing changes for order or retries); at most one batch waits for it, and its error
+fails the task.
 """
 
 from __future__ import annotations
 
 import pickle
+import queue
+import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -76,21 +85,28 @@ class TaskPublisher:
         settings = self.settings
         numbering = Numbering() if settings.transaction_orders else None
         done, tallies, schema_rows, encode = Summary(), [], [], None
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            if numbering is not None:
-                batch = numbering.add(batch)
-            done.rows += batch.num_rows
-            if shares_keys:
+        publisher = None if shares_keys else _Publisher(settings)
+        try:
+            for batch in batches:
+                if not batch.num_rows:
+                    continue
+                if numbering is not None:
+                    batch = numbering.add(batch)
+                done.rows += batch.num_rows
+                if publisher is not None:
+                    publisher.put(batch)
+                    continue
                 messages, tally, schema, encode = self._encoded(batch, encode)
                 done.deferred += messages.num_rows
                 if messages.num_rows:
                     yield messages
-            else:
-                tally, schema, encode = publish_batch(settings, batch, encode)
-            tallies.append(tally)
-            schema_rows += schema
+                tallies.append(tally)
+                schema_rows += schema
+            if publisher is not None:
+                tallies, schema_rows = publisher.finish()
+        finally:
+            if publisher is not None:
+                publisher.stop()
         done.txns, done.schema_rows = merge_tallies(tallies), schema_rows
         yield pa.RecordBatch.from_pydict(
             {**{name: [None] for name in TASK_SCHEMA.names}, "summary": [pickle.dumps(done)]},
@@ -122,3 +138,64 @@ def send_sorted(settings: KafkaSettings, batches: Iterator[pa.RecordBatch]
                       batch.column("tombstone").to_pylist())
         sent += batch.num_rows
     yield pa.RecordBatch.from_pydict({"sent": [sent]}, schema=SENT_SCHEMA)
+
+
+class _Publisher:
+    """The thread that publishes a task's record batches in the order given (see the
+    module docstring); ``finish`` returns their transaction tallies and schema changes."""
+
+    _END = object()
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self.waiting: queue.Queue = queue.Queue(maxsize=1)
+        self.tallies: list[dict[str, TxnTally]] = []
+        self.schema_rows: list[dict] = []
+        self.error: BaseException | None = None
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="kafka-publish", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        encode = None
+        try:
+            while True:
+                batch = self.waiting.get()
+                if batch is self._END or self.stopping:
+                    return
+                tally, schema, encode = publish_batch(self.settings, batch, encode)
+                self.tallies.append(tally)
+                self.schema_rows += schema
+        except BaseException as err:   # noqa: BLE001 - raised again in the task's thread
+            self.error = err
+
+    def put(self, item) -> None:
+        """Hand ``item`` on, waiting while the thread still has one to start; raises the
+        thread's error as soon as it has one."""
+        while True:
+            if self.error is not None:
+                raise self.error
+            if not self.thread.is_alive():
+                raise RuntimeError("the Kafka publishing thread ended early")
+            try:
+                self.waiting.put(item, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def finish(self) -> tuple[list[dict[str, TxnTally]], list[dict]]:
+        """Wait until every batch handed on is published (or raise its error)."""
+        self.put(self._END)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.tallies, self.schema_rows
+
+    def stop(self) -> None:
+        """The task ends (normally, or failing or cancelled): no batch is started after."""
+        self.stopping = True
+        try:
+            self.waiting.put_nowait(self._END)
+        except queue.Full:
+            pass
+        self.thread.join()
