@@ -106,9 +106,11 @@ def test_ctrl_c_while_waiting_for_the_source(tmp_path):
     assert "Traceback" not in out + err and "KeyboardInterrupt" not in err
 
 
-def test_a_named_error_from_inside_spark_is_one_line(mariadb, fresh_db, tmp_path):
-    """SCHEMA_BOOTSTRAP_UNSAFE is raised in the Spark source (the driver-side reader):
-    the CLI still prints it alone, with its hint, without Spark's plan or a traceback."""
+def test_a_refused_schema_bootstrap_is_one_line(mariadb, fresh_db, tmp_path):
+    """SCHEMA_BOOTSTRAP_UNSAFE is found by the DDL walk that runs while Spark starts
+    (decision 23), or by the Spark source when that walk could not run: the CLI prints
+    it alone, with its hint, without Spark's plan or a traceback. (A named error from a
+    running query: test_source_outage's SERVER_UNREACHABLE and SOURCE_CHANGED.)"""
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY)")
     before = binlog_position(mariadb)
     mariadb.sql(f"ALTER TABLE `{fresh_db}`.t ADD COLUMN v INT",

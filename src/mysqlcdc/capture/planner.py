@@ -227,6 +227,18 @@ class RangePlanner:
             current = current_position(self._sql())
             self.keeper.ensure(start, current, self.ddl_scan)
 
+    def bootstrap_history(self, spec: str) -> BinlogPosition:
+        """Where the start ``spec`` is, with the schema history made ready there as the
+        stream's first batch would make it (the DDL walk of a start far back); for a
+        caller that does it ahead of the stream."""
+        from mysqlcdc.capture.positions import PositionFinder, resolve_start
+
+        finder = PositionFinder(self.options.settings, self.options.server_id, self._sql,
+                                self.options.retry)
+        start = resolve_start(self, finder, spec, gtid=False)[0]
+        self._ensure_history(start)
+        return start
+
     def _process(self, start: BinlogPosition, end: BinlogPosition) -> None:
         """Bring the history up to ``end``: every DDL and TABLE_MAP of the range seen."""
         if self._processed == (start, end) or end <= start:

@@ -25,7 +25,7 @@ from mysqlcdc.types import BinlogPosition
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
            "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir",
            "retry_policy", "checkpointed_position", "snapshot_status", "writes_in_tasks",
-           "jit_mode"]
+           "jit_mode", "history_ahead"]
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +113,60 @@ def writes_in_tasks(cfg: PipelineConfig, index: int) -> bool:
     from mysqlcdc.pipeline.transforms import has_ordered
 
     return not has_ordered(cfg, index)
+
+
+def history_ahead(cfg: PipelineConfig) -> Callable[[], None]:
+    """Start making the schema history of every sink that begins at a fixed position
+    with none yet (a new pipeline whose ``source.start`` is ``earliest``, ``FILE:POS``, a
+    GTID set or a time, without a snapshot), on a thread, so that its DDL walk runs while
+    Spark starts instead of in the first batch (DESIGN.md decision 23). Returns the call
+    that waits for it: it raises the walk's named verdict on the binlog
+    (SCHEMA_BOOTSTRAP_UNSAFE); any other failure is left to the stream, which makes the
+    history as before, through its retries."""
+    import threading
+
+    from mysqlcdc.capture.control import StreamControl
+    from mysqlcdc.errors import SchemaBootstrapError
+
+    spec = str(cfg.source.start)
+    if cfg.source.snapshot_mode() != "never" or spec == "latest":
+        return lambda: None
+    folders = []
+    for i in range(len(cfg.sinks)):
+        folder = schema_history_dir(cfg, i)
+        if folder is not None and StreamControl(folder).pending_seek() is None and \
+                checkpoint_position(sink_checkpoint(cfg, i)) is None:
+            folders.append((i, folder))
+    if not folders:
+        return lambda: None
+    failed: list[BaseException] = []
+
+    def walk() -> None:
+        from mysqlcdc.capture.planner import RangePlanner
+        from mysqlcdc.spark.options import SourceOptions
+
+        for i, folder in folders:
+            planner = RangePlanner(SourceOptions.parse({**source_options(cfg, i),
+                                                        "schemaHistory": folder}))
+            try:
+                planner.bootstrap_history(spec)
+            except SchemaBootstrapError as exc:
+                failed.append(exc)
+                return
+            except Exception as exc:   # noqa: BLE001 - the stream does it again, named
+                log.info("schema history ahead of the stream: %s; the stream makes it", exc)
+                return
+            finally:
+                planner.close()
+
+    thread = threading.Thread(target=walk, name="schema-history-ahead", daemon=True)
+    thread.start()
+
+    def wait() -> None:
+        thread.join()
+        if failed:
+            raise failed[0]
+    return wait
 
 
 def jit_mode(cfg: PipelineConfig) -> str:
@@ -363,6 +417,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     checked_preflight(cfg)
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop
+    history_ready = history_ahead(cfg)    # beside Spark's start
     if spark is None:                # this process owns Spark: stop it on SIGTERM too
         spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                               dict(cfg.spark.conf), jit=jit_mode(cfg))
@@ -372,6 +427,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
 
         quiet_failures(spark)
         _plain_interrupt()
+    history_ready()
     queries = start_queries(spark, cfg)
     folders = [f for f in (schema_history_dir(cfg, i) for i in range(len(cfg.sinks))) if f]
     heartbeat = _start_heartbeat(cfg)
