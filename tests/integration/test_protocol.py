@@ -143,6 +143,53 @@ def test_leaving_the_loop_and_iterating_again_resumes_at_the_next_event(server):
     assert kept > 0   # some loop did end inside a batch
 
 
+@pytest.mark.parametrize("carried", [0, 3])
+def test_passing_hands_out_the_wanted_events_and_resumes_exactly(server, carried):
+    """``passing`` reads the events it passes over in the channel's buffer, without
+    cutting them out: it hands out exactly the wanted and the position-moving events a
+    full iteration yields, at the same positions and with the same bytes, counts the
+    rest, and a loop left between two of them goes on at the next event, across a
+    rotation. ``carried``: an ``iter`` first took that many events and left the rest of
+    what the channel had read, which ``passing`` goes through first."""
+    first = 5000 + carried * 100
+    start = position(server)
+    insert_rows(server, first, 40)
+    server.sql("FLUSH BINARY LOGS")
+    insert_rows(server, first + 40, 10)
+    stop = position(server)
+    every = read_all(server, start, stop)
+    wanted = frozenset({MARIADB_GTID})
+    moving = (ROTATE, FDE, HEARTBEAT)
+    rest = every[carried:]
+    want = [(e.file, e.pos, e.data) for e in rest
+            if e.event_type in wanted or e.artificial or e.event_type in moving]
+    got = []
+    with ReplicationStream(settings_for(server), server_id=111, start=start,
+                           stop_at=stop) as stream:
+        for event in (stream if carried else ()):
+            got.append((event.file, event.pos, event.data))
+            if len(got) == carried:
+                break
+        assert got == [(e.file, e.pos, e.data) for e in every[:carried]]
+        assert bool(stream._carry) == bool(carried)
+        got = []
+        while True:
+            before = len(got)
+            for event in stream.passing(wanted):
+                got.append((event.file, event.pos, event.data))
+                if event.event_type == MARIADB_GTID:
+                    assert stream.position == BinlogPosition.of(event.file, event.end)
+                if len(got) % 5 == 0:
+                    break
+            if len(got) == before:
+                break
+        assert stream.position == stop
+        passed = stream.passed
+    assert got == want
+    assert passed == sum(1 for e in rest if not e.artificial and e.event_type not in wanted
+                         and e.event_type not in moving)
+
+
 def test_rotation_arrives_as_a_rotate_event_and_the_stream_follows_it(server):
     start = position(server)
     insert_rows(server, 200, 1)

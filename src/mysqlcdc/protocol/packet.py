@@ -104,6 +104,27 @@ class PacketChannel:
                 return []     # a continued payload is read (and joined) as it comes
             self._fill(need)
 
+    def buffered_events(self) -> tuple[bytes, int]:
+        """``(buffer, offset)`` once a whole one-packet event is buffered at the offset
+        (read from the socket until then), for a reader that frames the packets in place
+        itself and says how far it got with :meth:`consumed`; ``(b"", 0)`` when the next
+        payload is anything else (:meth:`read_events` returns ``[]`` there)."""
+        while True:
+            buf, at = self._buf, self._at
+            if len(buf) - at >= 5:
+                length = _U32(buf, at)[0] & MAX_PACKET
+                if 0 < length < MAX_PACKET and at + 4 + length <= len(buf) and not buf[at + 4]:
+                    return buf, at
+            need = packet_size(buf, at)
+            if need == 4 + MAX_PACKET or len(buf) - at >= need:
+                return b"", 0
+            self._fill(need)
+
+    def consumed(self, buf: bytes, at: int) -> None:
+        """The packets of ``buf`` (from :meth:`buffered_events`) before ``at`` are read."""
+        if buf is self._buf:
+            self._at = at
+
     def read_payload(self) -> tuple[int, bytes]:
         """One logical payload as (first byte, the bytes after it).
 

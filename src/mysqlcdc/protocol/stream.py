@@ -41,7 +41,8 @@ from mysqlcdc.errors import (
 )
 from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, query, show_binary_logs
 from mysqlcdc.protocol.dump_errors import TRANSIENT_CODES, map_dump_error
-from mysqlcdc.protocol.packet import Disconnected, PacketChannel, lenenc_str, parse_error_packet
+from mysqlcdc.protocol.packet import (MAX_PACKET, Disconnected, PacketChannel, lenenc_str,
+                                      parse_error_packet)
 from mysqlcdc.protocol.retry import Outage, RetryPolicy, is_transient
 from mysqlcdc.types import BinlogPosition
 
@@ -53,6 +54,12 @@ HEARTBEAT_LOG_EVENT = 27
 LOG_EVENT_ARTIFICIAL_F = 0x20
 HEADER_SIZE = 19
 _EVENT_HEADER = struct.Struct("<IBIIIH").unpack_from  # timestamp, type, server_id, size, log_pos, flags
+# an event's packet read from its start: the packet's length (with its sequence id in the
+# top byte), the byte before the event (0x00), then the event header's type, size, log_pos
+# and flags
+_PACKET_EVENT_HEADER = struct.Struct("<IB4xB4xIIH").unpack_from
+_PACKET_HEAD_SIZE = 4 + 1 + HEADER_SIZE
+_U32 = struct.Struct("<I").unpack_from
 _POSITION_EVENTS = frozenset((ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, HEARTBEAT_LOG_EVENT))
 _NO_STOP = 1 << 64
 COM_BINLOG_DUMP = 0x12
@@ -191,17 +198,24 @@ class ReplicationStream:
         """Iterate as ``iter(stream)`` does, but hand out only the events whose type is
         in ``wanted`` and those that move the stream otherwise (artificial ones, ROTATE,
         FORMAT_DESCRIPTION); every other event is passed over without an object and
-        counted in ``passed``. For a reader that looks at few events of many (a slice
-        task before its slice, the schema bootstrap's DDL walk). ``every_batch`` runs
-        before each batch of events the server sent is gone through (progress reports).
-        Stopping and reconnecting work as in ``__iter__``."""
+        counted in ``passed``: read from its packet where the channel buffered it, never
+        cut out. For a reader that looks at few events of many (a slice task before its
+        slice, the schema bootstrap's DDL walk). ``every_batch`` runs before each batch
+        of events the server sent is gone through (progress reports). Stopping and
+        reconnecting work as in ``__iter__``."""
         outage = None if self.reconnect is None else Outage(
             self.reconnect, self.settings.address, "source")
         while not self._closed and not self._reached_stop():
-            batch, self._carry = self._carry, []
-            if not batch:
+            carried, self._carry = self._carry, []
+            buf, at = b"", 0
+            if not carried:
                 try:
-                    batch = self._read_batch()
+                    if self._channel is None:
+                        self._open()
+                    assert self._channel is not None
+                    buf, at = self._channel.buffered_events()
+                    if not buf:
+                        carried = self._read_batch()   # a payload of another kind
                 except Exception as exc:
                     self._drop()
                     if not is_transient(exc):
@@ -212,39 +226,114 @@ class ReplicationStream:
                     outage.recovered()
             if every_batch is not None:
                 every_batch()
-            stop = self.stop_at
-            limit = _NO_STOP if stop is None else \
-                (stop.pos if stop.file_number == self._file_number else
-                 _NO_STOP if stop.file_number > self._file_number else 0)
-            rest = iter(batch)
-            try:
-                for data in rest:
-                    if len(data) < HEADER_SIZE:
-                        raise ProtocolError(
-                            f"event of {len(data)} bytes at {self.position} is shorter than a header")
-                    _ts, kind, _sid, size, log_pos, flags = _EVENT_HEADER(data)
-                    if (log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and size == len(data)
-                            and kind not in _POSITION_EVENTS):
-                        self._pos = log_pos
-                        if kind in wanted:
-                            yield RawEvent(self._file, log_pos - size, data, False)
-                        else:
-                            self.passed += 1
-                        if log_pos >= limit or self._closed:
-                            return
+            done = yield from (self._pass_events(carried, wanted) if carried
+                               else self._pass_packets(buf, at, wanted))
+            if done:
+                return
+
+    def _limit(self) -> int:
+        """The offset in the current file at which ``stop_at`` is reached."""
+        stop = self.stop_at
+        if stop is None:
+            return _NO_STOP
+        if stop.file_number == self._file_number:
+            return stop.pos
+        return _NO_STOP if stop.file_number > self._file_number else 0
+
+    def _pass_packets(self, buf: bytes, at: int, wanted: frozenset[int]):
+        """``passing`` over the event packets the channel buffered in ``buf`` from
+        ``at``; True when it must stop. The channel is told how far it got. An event
+        passed over costs one read of its packet and event headers: the resume point
+        and ``passed`` are brought up to date before anything is handed out, and when
+        it stops."""
+        channel, n, limit = self._channel, len(buf), self._limit()
+        passed, last = 0, 0          # events passed over; the end of the last one (0: none)
+        try:
+            while n - at >= 4:
+                if n - at < _PACKET_HEAD_SIZE:     # a packet too short for an event header
+                    length = _U32(buf, at)[0] & MAX_PACKET
+                    if at + 4 + length <= n and length and not buf[at + 4]:
+                        raise ProtocolError(f"event of {length - 1} bytes at {self.position} "
+                                            "is shorter than a header")
+                    break                    # cut short, or no event: read on or elsewhere
+                head, ok, kind, size, log_pos, flags = _PACKET_EVENT_HEADER(buf, at)
+                length = head & MAX_PACKET
+                end = at + 4 + length
+                if end > n or ok or not 0 < length < MAX_PACKET:
+                    break
+                if length <= HEADER_SIZE:
+                    raise ProtocolError(f"event of {length - 1} bytes at {self.position} is "
+                                        "shorter than a header")
+                first, at = at + 5, end
+                if (log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and size == length - 1
+                        and kind not in _POSITION_EVENTS):
+                    if kind not in wanted:
+                        passed += 1
+                        last = log_pos
+                        if log_pos >= limit:
+                            return True
                         continue
-                    yield self._advance(data)
-                    if self._closed or self._reached_stop():
-                        return
-                    limit = _NO_STOP if stop is None else \
-                        (stop.pos if stop.file_number == self._file_number else
-                         _NO_STOP if stop.file_number > self._file_number else 0)
-            except MysqlcdcError:
-                rest = iter(())
-                self._drop()
-                raise
-            finally:
-                self._carry = list(rest)
+                    self._pos, last = log_pos, 0
+                    self.passed += passed
+                    passed = 0
+                    channel.consumed(buf, at)
+                    yield RawEvent(self._file, log_pos - size, buf[first:end], False)
+                    if log_pos >= limit or self._closed:
+                        return True
+                    continue
+                if last:
+                    self._pos, last = last, 0
+                self.passed += passed
+                passed = 0
+                channel.consumed(buf, at)
+                yield self._advance(buf[first:end])
+                if self._closed or self._reached_stop():
+                    return True
+                limit = self._limit()
+            return False
+        except MysqlcdcError:
+            self._drop()
+            raise
+        finally:
+            self.passed += passed
+            if last:
+                self._pos = last
+            if self._channel is channel and channel is not None:
+                channel.consumed(buf, at)
+
+    def _pass_events(self, batch: list[bytes], wanted: frozenset[int]):
+        """``passing`` over events already cut out (carried from ``__iter__``, or a
+        payload read whole); True when it must stop. What it does not go through is
+        carried on."""
+        limit = self._limit()
+        rest = iter(batch)
+        try:
+            for data in rest:
+                if len(data) < HEADER_SIZE:
+                    raise ProtocolError(
+                        f"event of {len(data)} bytes at {self.position} is shorter than a header")
+                _ts, kind, _sid, size, log_pos, flags = _EVENT_HEADER(data)
+                if (log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and size == len(data)
+                        and kind not in _POSITION_EVENTS):
+                    self._pos = log_pos
+                    if kind in wanted:
+                        yield RawEvent(self._file, log_pos - size, data, False)
+                    else:
+                        self.passed += 1
+                    if log_pos >= limit or self._closed:
+                        return True
+                    continue
+                yield self._advance(data)
+                if self._closed or self._reached_stop():
+                    return True
+                limit = self._limit()
+            return False
+        except MysqlcdcError:
+            rest = iter(())
+            self._drop()
+            raise
+        finally:
+            self._carry = list(rest)
 
     def close(self) -> None:
         self._closed = True
