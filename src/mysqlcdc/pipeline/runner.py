@@ -142,8 +142,15 @@ def history_ahead(cfg: PipelineConfig) -> Callable[[], None]:
     failed: list[BaseException] = []
 
     def walk() -> None:
+        import os
+
         from mysqlcdc.capture.planner import RangePlanner
         from mysqlcdc.spark.options import SourceOptions
+
+        try:      # this thread only (Linux): the JVM's start keeps the cores it wants
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        except (AttributeError, OSError):
+            pass
 
         for i, folder in folders:
             planner = RangePlanner(SourceOptions.parse({**source_options(cfg, i),
