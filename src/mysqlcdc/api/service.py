@@ -340,6 +340,10 @@ class PipelineService:
                         q.stop()
                 except Exception as err:  # noqa: BLE001 - a stopping query may already be gone
                     log.warning("pipeline %s: stopping a query: %s", name, err)
+            from mysqlcdc.pipeline.runner import queries_stopped
+
+            if state.config is not None:
+                queries_stopped(state.config, state.queries)
             state.queries = []
             if state.state in ("running", "paused"):
                 state.state = "stopped"

@@ -465,6 +465,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             except Exception:   # noqa: BLE001 - after Ctrl-C the JVM may be gone already
                 if not interrupted:
                     raise
+        queries_stopped(cfg, queries)
     for q in queries:
         failed = q.exception()
         if failed is not None:
@@ -472,6 +473,17 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             if named is failed:
                 raise failed
             raise named from failed
+
+
+def queries_stopped(cfg: PipelineConfig, queries) -> None:
+    """The pipeline's queries were stopped: a plugins sink's ``deinit`` runs now, before the
+    caller goes on (say, to run the pipeline again), not when Spark's listener event for
+    the query's end arrives on its own thread."""
+    if any(s.type == "plugins" for s in cfg.sinks):
+        from mysqlcdc.sinks.plugins import stopped
+
+        for q in queries:
+            stopped(q)
 
 
 def _plain_interrupt() -> None:

@@ -13,9 +13,13 @@ import logging
 from mysqlcdc.sinks.plugins.plugin import CALLBACKS, Plugin, PluginContext
 from mysqlcdc.sinks.plugins.settings import PluginsSettings
 
-__all__ = ["Plugin", "PluginContext", "PluginsSettings", "start_plugins", "CALLBACKS"]
+__all__ = ["Plugin", "PluginContext", "PluginsSettings", "start_plugins", "stopped",
+           "CALLBACKS"]
 
 log = logging.getLogger(__name__)
+
+# the plugin runner of each started query, by run id, until its deinit was called
+_RUNNERS: dict[str, object] = {}
 
 
 def start_plugins(df, settings: PluginsSettings, *, checkpoint: str,
@@ -41,8 +45,18 @@ def start_plugins(df, settings: PluginsSettings, *, checkpoint: str,
     return query
 
 
+def stopped(query) -> None:
+    """``query`` has stopped: call its plugins' ``deinit`` now (if not called yet), so that
+    it comes before anything the caller does next, such as running the pipeline again.
+    The listener's termination event arrives on its own thread, possibly later."""
+    runner = _RUNNERS.get(str(query.runId))
+    if runner is not None:
+        _deinit(runner)
+
+
 def _deinit_when_done(spark, query, runner) -> None:
-    """Call ``deinit`` once the query terminates (a listener on the driver), and at exit."""
+    """Call ``deinit`` once the query terminates (a listener on the driver, or
+    :func:`stopped`), and at exit."""
     import atexit
 
     from pyspark.sql.streaming import StreamingQueryListener
@@ -67,11 +81,15 @@ def _deinit_when_done(spark, query, runner) -> None:
                 except Exception:   # noqa: BLE001 - the session may be stopping
                     pass
 
+    _RUNNERS[str(query.runId)] = runner
     spark.streams.addListener(_Done())
     atexit.register(_deinit, runner)
 
 
 def _deinit(runner) -> None:
+    for run_id, known in list(_RUNNERS.items()):
+        if known is runner:
+            _RUNNERS.pop(run_id, None)
     try:
         runner.deinit()
     except Exception as err:   # noqa: BLE001 - a plugin failing at the very end is logged

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import traceback
 from decimal import Decimal
 from pathlib import Path
@@ -81,12 +82,16 @@ class PluginRunner:
         self.plugins = [(path, cls()) for path, cls in settings.classes]
         self._decoders: dict[tuple, Callable] = {}
         self.closed = False
+        self._closing = threading.Lock()
         self._call_all("init", (self.ctx,), None)
 
     def deinit(self) -> None:
-        if not self.closed:
+        """Once, whoever calls first: the query's listener or the pipeline that stopped it."""
+        with self._closing:
+            if self.closed:
+                return
             self.closed = True
-            self._call_all("deinit", (), None)
+        self._call_all("deinit", (), None)
 
     # --- one batch --------------------------------------------------------------
 
