@@ -18,8 +18,9 @@ __all__ = ["Plugin", "PluginContext", "PluginsSettings", "start_plugins", "stopp
 
 log = logging.getLogger(__name__)
 
-# the plugin runner of each started query, by run id, until its deinit was called
-_RUNNERS: dict[str, object] = {}
+# each started query's plugin runner until its deinit was called, by the query object's
+# id (no call into the JVM, which may be gone when the pipeline is interrupted)
+_RUNNERS: dict[int, tuple[object, object]] = {}
 
 
 def start_plugins(df, settings: PluginsSettings, *, checkpoint: str,
@@ -49,9 +50,9 @@ def stopped(query) -> None:
     """``query`` has stopped: call its plugins' ``deinit`` now (if not called yet), so that
     it comes before anything the caller does next, such as running the pipeline again.
     The listener's termination event arrives on its own thread, possibly later."""
-    runner = _RUNNERS.get(str(query.runId))
-    if runner is not None:
-        _deinit(runner)
+    started = _RUNNERS.get(id(query))
+    if started is not None and started[0] is query:
+        _deinit(started[1])
 
 
 def _deinit_when_done(spark, query, runner) -> None:
@@ -81,15 +82,15 @@ def _deinit_when_done(spark, query, runner) -> None:
                 except Exception:   # noqa: BLE001 - the session may be stopping
                     pass
 
-    _RUNNERS[str(query.runId)] = runner
+    _RUNNERS[id(query)] = (query, runner)
     spark.streams.addListener(_Done())
     atexit.register(_deinit, runner)
 
 
 def _deinit(runner) -> None:
-    for run_id, known in list(_RUNNERS.items()):
+    for key, (_, known) in list(_RUNNERS.items()):
         if known is runner:
-            _RUNNERS.pop(run_id, None)
+            _RUNNERS.pop(key, None)
     try:
         runner.deinit()
     except Exception as err:   # noqa: BLE001 - a plugin failing at the very end is logged
