@@ -50,8 +50,8 @@ def stopped(query) -> None:
     """``query`` has stopped: call its plugins' ``deinit`` now (if not called yet), so that
     it comes before anything the caller does next, such as running the pipeline again.
     The listener's termination event arrives on its own thread, possibly later."""
-    started = _RUNNERS.get(id(query))
-    if started is not None and started[0] is query:
+    started = _RUNNERS.get(id(query))     # holds the query: its id is not reused meanwhile
+    if started is not None:
         _deinit(started[1])
 
 
