@@ -138,6 +138,8 @@ def _role(pid: int, root: int) -> str:
         return "other"
     if "java" in cmd.split(" ", 1)[0]:
         return "jvm"
+    if "mysqlcdc.pipeline.ahead" in cmd:
+        return "decode-ahead"
     return "source-runner" if "streaming_source_runner" in cmd else "python-workers"
 
 

@@ -115,14 +115,16 @@ def writes_in_tasks(cfg: PipelineConfig, index: int) -> bool:
     return not has_ordered(cfg, index)
 
 
-def history_ahead(cfg: PipelineConfig) -> Callable[[], None]:
+def history_ahead(cfg: PipelineConfig,
+                  on_ready: Callable[[], None] | None = None) -> Callable[[], None]:
     """Start making the schema history of every sink that begins at a fixed position
     with none yet (a new pipeline whose ``source.start`` is ``earliest``, ``FILE:POS``, a
     GTID set or a time, without a snapshot), on a thread, so that its DDL walk runs while
     Spark starts instead of in the first batch (DESIGN.md decision 23). Returns the call
     that waits for it: it raises the walk's named verdict on the binlog
     (SCHEMA_BOOTSTRAP_UNSAFE); any other failure is left to the stream, which makes the
-    history as before, through its retries."""
+    history as before, through its retries. ``on_ready`` is called (on the thread) once
+    every history is made."""
     import threading
 
     from mysqlcdc.capture.control import StreamControl
@@ -165,6 +167,8 @@ def history_ahead(cfg: PipelineConfig) -> Callable[[], None]:
                 return
             finally:
                 planner.close()
+        if on_ready is not None:
+            on_ready()
 
     thread = threading.Thread(target=walk, name="schema-history-ahead", daemon=True)
     thread.start()
@@ -174,6 +178,24 @@ def history_ahead(cfg: PipelineConfig) -> Callable[[], None]:
         if failed:
             raise failed[0]
     return wait
+
+
+def _decode_ahead(cfg: PipelineConfig) -> dict:
+    """The decode-ahead of each sink that gets one (``pipeline.ahead``), not yet started."""
+    from mysqlcdc.pipeline.ahead import plan_ahead
+
+    out = {}
+    for i, sink in enumerate(cfg.sinks):
+        folder = schema_history_dir(cfg, i)
+        options = source_options(cfg, i)
+        if folder is not None:
+            options["schemaHistory"] = folder
+        if isinstance(sink, PluginsSinkConfig):
+            options["emitRollbacks"] = "true"
+        ahead = plan_ahead(cfg, folder, i, options)
+        if ahead is not None:
+            out[i] = ahead
+    return out
 
 
 def jit_mode(cfg: PipelineConfig) -> str:
@@ -322,8 +344,9 @@ def _start_plugins(spark, cfg: PipelineConfig, sink: PluginsSinkConfig, df, *, i
                          name=name)
 
 
-def start_queries(spark, cfg: PipelineConfig) -> list:
-    """Start one streaming query per sink; returns them in sink order."""
+def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = None) -> list:
+    """Start one streaming query per sink; returns them in sink order. ``ahead``: the
+    decode-ahead ledger folder of a sink's query (``pipeline.ahead``), by sink index."""
     from mysqlcdc.sinks.changelog import (from_sink_config as changelog_settings,
                                           start_changelog, task_writer)
     from mysqlcdc.sinks.console import start_console
@@ -346,6 +369,8 @@ def start_queries(spark, cfg: PipelineConfig) -> list:
             options["schemaHistory"] = history
         if isinstance(sink, PluginsSinkConfig):
             options["emitRollbacks"] = "true"
+        if ahead and index in ahead:
+            options["decodeAhead"] = ahead[index]
         name = f"{cfg.name}-{index}-{sink.type}"
         trigger = cfg.spark.trigger_interval
         if isinstance(sink, ChangelogSinkConfig):
@@ -424,7 +449,8 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     checked_preflight(cfg)
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop
-    history_ready = history_ahead(cfg)    # beside Spark's start
+    aheads = _decode_ahead(cfg)
+    history_ready = history_ahead(cfg, on_ready=lambda: [a.start() for a in aheads.values()])
     if spark is None:                # this process owns Spark: stop it on SIGTERM too
         spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                               dict(cfg.spark.conf), jit=jit_mode(cfg))
@@ -434,8 +460,13 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
 
         quiet_failures(spark)
         _plain_interrupt()
-    history_ready()
-    queries = start_queries(spark, cfg)
+    try:
+        history_ready()
+        queries = start_queries(spark, cfg, ahead={i: str(a.folder) for i, a in aheads.items()})
+    except BaseException:
+        for a in aheads.values():
+            a.stop()
+        raise
     folders = [f for f in (schema_history_dir(cfg, i) for i in range(len(cfg.sinks))) if f]
     heartbeat = _start_heartbeat(cfg)
     try:
@@ -466,6 +497,8 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
                 if not interrupted:
                     raise
         queries_stopped(cfg, queries)
+        for a in aheads.values():
+            a.stop()
     for q in queries:
         failed = q.exception()
         if failed is not None:

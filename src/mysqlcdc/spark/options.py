@@ -144,6 +144,7 @@ class SourceOptions:
     transforms_file: str | None = None
     planning: str = "tasks"
     min_slice_bytes: int = 1 << 20
+    decode_ahead: str | None = None                 # the decode-ahead's ledger (spark.ahead)
 
     def chunk_key(self, name: str) -> tuple[str, ...] | None:
         """The user's chunk key of ``db.table``, if any."""
@@ -204,6 +205,7 @@ class SourceOptions:
             transforms_file=_get(options, "transformsFile"),
             planning=_choice(options, "planning", ("tasks", "driver")),
             min_slice_bytes=_int(options, "minSliceBytes", 1 << 20),
+            decode_ahead=_get(options, "decodeAhead"),
         )
 
 

@@ -83,10 +83,12 @@ class RangePartition(InputPartition):
     ``shares_keys``: another task of the same batch may hold changes of the same keys
     (see :func:`_mark_shared`)."""
 
-    def __init__(self, task: RangeTask, epoch: int = 0, counts: str | None = None) -> None:
+    def __init__(self, task: RangeTask, epoch: int = 0, counts: str | None = None,
+                 spool: str | None = None) -> None:
         super().__init__(task)
         self.task, self.epoch, self.counts = task, epoch, counts
         self.shares_keys = False
+        self.spool = spool            # decoded ahead: the ledger entry (spark.ahead)
 
 
 class ChunkPartition(InputPartition):
@@ -173,6 +175,11 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._control = None if folder is None else StreamControl(folder)
         self._counts = None if folder is None else str(Path(folder) / "counts")
         self._runway_at = float("-inf")
+        self._ledger = None
+        if options.decode_ahead:
+            from mysqlcdc.spark.ahead import Ledger
+
+            self._ledger = Ledger(options.decode_ahead)
 
     @property
     def planner(self) -> RangePlanner:
@@ -239,6 +246,12 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         held = self._through_outages(lambda p: self._snapshot.held(start))
         if held is not None:
             return held
+        if self._ledger is not None:           # decoded ahead (spark.ahead): adopted
+            end = self._ledger.adopt(start, self._target)
+            if end is not None:
+                here = self._through_outages(lambda p: self._stands_for(p, start))
+                return self._through_outages(
+                    lambda p: self._snapshot.after_stream(start, end, here))
         max_events = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
             here = self._through_outages(lambda p: self._stands_for(p, start))
@@ -357,8 +370,14 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             log.warning("the binlog of %s..%s was purged before this batch read it; the "
                         "next batch snapshots the tables again", start, end)
             return _mark_shared(chunks)
-        return _mark_shared(chunks + [RangePartition(t, epoch, counts)
+        return _mark_shared(chunks + [RangePartition(t, epoch, counts, self._spool(start, end, t))
                                       for t in self._tapped(tasks)])
+
+    def _spool(self, start: dict, end: dict, task: RangeTask) -> str | None:
+        if self._ledger is None:
+            return None
+        return self._ledger.spool_for({k: v for k, v in start.items()},
+                                      {k: v for k, v in end.items() if k != "snapshot"}, task)
 
     def _tapped(self, tasks: list[RangeTask]) -> list[RangeTask]:
         """The range tasks, handing the signal table's rows to the driver."""
@@ -377,7 +396,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _written(self.writer, _transformed(self.chain, _read(partition)), partition)
 
     def commit(self, end: dict) -> None:
-        pass   # progress lives in Spark's checkpoint; nothing to release server-side
+        # progress lives in Spark's checkpoint; nothing to release server-side
+        if self._ledger is not None:
+            self._ledger.retire({k: v for k, v in end.items() if k != "snapshot"})
 
     def stop(self) -> None:
         if self._planner is not None:
@@ -427,7 +448,13 @@ def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     # Spark hands an empty range a single placeholder partition of its own.
     if task is None:
         return iter(())
-    return finish_batches(read_range(task), getattr(partition, "epoch", 0),
+    if getattr(partition, "spool", None):
+        from mysqlcdc.spark.ahead import read_spool
+
+        batches = read_spool(partition.spool, lambda: read_range(task))
+    else:
+        batches = read_range(task)
+    return finish_batches(batches, getattr(partition, "epoch", 0),
                           getattr(partition, "counts", None))
 
 
