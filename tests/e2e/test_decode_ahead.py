@@ -35,6 +35,16 @@ def _workload(mariadb, db: str, transactions: int = 300) -> int:
     return len(statements) + 1           # and the CREATE's schema change record
 
 
+def _more(mariadb, db: str) -> int:
+    """Changes after the first run: updates of rows that exist, and inserts."""
+    deleted = {i - 3 for i in range(1, 301) if i % 7 == 0}
+    statements = [f"UPDATE `{db}`.t SET n = n * 2 WHERE id = {i}"
+                  for i in range(2, 300, 2) if i not in deleted]
+    statements += [f"INSERT INTO `{db}`.t VALUES ({1000 + i}, 'w{i}', {i})" for i in range(200)]
+    mariadb.sql(*statements)
+    return len(statements)
+
+
 def _config(mariadb, db: str, tmp_path: Path, name: str, start, server_id: int):
     from mysqlcdc.config import load_pipeline_from_dict
 
@@ -84,6 +94,16 @@ def test_a_backlog_is_decoded_ahead_and_written_as_without(spark, mariadb, fresh
     assert counts["adopted"] == counts["decoded"], counts
     assert counts["adopted"] - 1 <= counts["read"] <= counts["adopted"], counts
     assert not (tmp_path / "ahead" / "ck" / "0-changelog" / "mysqlcdc-schema" / "ahead").exists()
+
+    # stopped cleanly, a backlog again: the resumed pipeline decodes ahead from where its
+    # checkpoint ends
+    changes += _more(mariadb, fresh_db)
+    caplog.clear()
+    run_pipeline(_config(mariadb, fresh_db, tmp_path, "ahead", start, 5310), until_idle=True,
+                 spark=spark)
+    counts = _counts(caplog)
+    assert counts.get("decoded", 0) >= 3, counts
+    assert counts["adopted"] == counts["decoded"] and counts["read"] == counts["adopted"], counts
 
     monkeypatch.setenv("MYSQLCDC_DECODE_AHEAD", "0")
     caplog.clear()

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 __all__ = ["DecodeAhead", "main", "plan_ahead"]
 
 ENV_SWITCH = "MYSQLCDC_DECODE_AHEAD"
+START = "aheadStart"          # the process's input: a resumed query's start offset
 FOLDER = "ahead"              # inside the sink's schema-history folder
 
 
@@ -42,8 +43,10 @@ class DecodeAhead:
     """The decode-ahead of one sink's query: started once the schema history is made,
     stopped (its files removed) when the pipeline's queries have stopped."""
 
-    def __init__(self, index: int, options: dict[str, str], folder: Path) -> None:
+    def __init__(self, index: int, options: dict[str, str], folder: Path,
+                 resume: dict | None = None) -> None:
         self.index, self.options, self.folder = index, options, folder
+        self.resume = resume          # a resumed query's start offset (None: a new one)
         self._proc: subprocess.Popen | None = None
         self._lock = threading.Lock()
         self._stopped = False
@@ -66,7 +69,8 @@ class DecodeAhead:
             Ledger(self.folder).begin(proc.pid)     # the query waits for it from now
             assert proc.stdin is not None
             try:
-                proc.stdin.write(json.dumps({**self.options, OPTION: str(self.folder)}).encode())
+                proc.stdin.write(json.dumps({**self.options, OPTION: str(self.folder),
+                                             START: self.resume}).encode())
                 proc.stdin.close()
             except OSError as exc:
                 log.info("decode-ahead not started: %s", exc)
@@ -101,23 +105,35 @@ def plan_ahead(cfg, history_folder: str | None, index: int,
                options: dict[str, str]) -> DecodeAhead | None:
     """The decode-ahead for sink ``index``, when it can help and cannot be wrong to try:
     one sink, a local master (the read tasks see the spool files), one read task per
-    batch, no snapshot, a new pipeline (no checkpoint, no pending
-    seek) starting from a position in the past."""
+    batch, no pending seek and no pause; and either a new pipeline (no checkpoint) that
+    starts from a position in the past without a snapshot, or one resumed after a clean
+    stop (its last planned batch committed: the query goes on from that batch's end)."""
     from mysqlcdc.capture.control import StreamControl
     from mysqlcdc.pipeline.runner import checkpoint_position, sink_checkpoint
+    from mysqlcdc.spark.checkpoint import (committed_batches, local_dir, planned_batches,
+                                           stored_offset)
 
     src = cfg.source
     if not _enabled() or history_folder is None or len(cfg.sinks) != 1:
         return None
     if not str(cfg.spark.master).startswith("local") or src.parallelism != 1:
         return None
-    if src.snapshot_mode() != "never" or str(src.start) == "latest":
-        return None
     control = StreamControl(history_folder)
-    if control.pending_seek() is not None or control.paused() or \
-            checkpoint_position(sink_checkpoint(cfg, index)) is not None:
+    if control.pending_seek() is not None or control.paused():
         return None
-    return DecodeAhead(index, options, Path(history_folder) / FOLDER)
+    checkpoint = sink_checkpoint(cfg, index)
+    if checkpoint_position(checkpoint) is None:
+        if src.snapshot_mode() != "never" or str(src.start) == "latest":
+            return None
+        return DecodeAhead(index, options, Path(history_folder) / FOLDER)
+    local = local_dir(checkpoint)
+    planned, committed = planned_batches(local), committed_batches(local)
+    if not planned or not committed or planned[0] != committed[0]:
+        return None                    # a batch to replay first: the query's alone
+    start = stored_offset(local, planned[0])
+    if start is None or "snapshot" in start or "seek" in start:
+        return None
+    return DecodeAhead(index, options, Path(history_folder) / FOLDER, start)
 
 
 # -- the process ------------------------------------------------------------------------
@@ -152,13 +168,14 @@ def _run(options: dict[str, str], ledger) -> str:
     from mysqlcdc.spark.options import SourceOptions
     from mysqlcdc.spark.source import MysqlcdcStreamReader, RangePartition
 
-    parsed = SourceOptions.parse({k: v for k, v in options.items() if k != "decodeAhead"})
+    parsed = SourceOptions.parse({k: v for k, v in options.items()
+                                  if k not in ("decodeAhead", START)})
     reader = MysqlcdcStreamReader(parsed)
     reader._runway_at = float("inf")       # the query keeps the runway record, not us
     # the replica id a second sink would take (decode-ahead runs for one sink only): never
     # the read task's own, which reads when a batch was not decoded ahead
     server_id = parsed.server_id + 1 + parsed.parallelism
-    start = reader.initialOffset()
+    start = options.get(START) or reader.initialOffset()
     limit = reader.getDefaultReadLimit()
     try:
         while True:

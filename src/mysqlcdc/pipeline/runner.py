@@ -450,6 +450,9 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop
     aheads = _decode_ahead(cfg)
+    for a in aheads.values():
+        if a.resume is not None:      # resumed: its history is made, it can start now
+            a.start()
     history_ready = history_ahead(cfg, on_ready=lambda: [a.start() for a in aheads.values()])
     if spark is None:                # this process owns Spark: stop it on SIGTERM too
         spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,

@@ -44,6 +44,23 @@ def offset_data(checkpoint: Path, batch_id: int) -> dict | None:
     return None
 
 
+def stored_offset(checkpoint: Path, batch_id: int) -> dict | None:
+    """Our source's end offset of ``batch_id`` as Spark stored it (a pending one as is)."""
+    path = checkpoint / "offsets" / str(batch_id)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(data, dict) and {"file", "pos"} <= data.keys():
+            return data
+    return None
+
+
 def batch_offset(checkpoint: Path, batch_id: int) -> BinlogPosition | None:
     """Our source's end offset of ``batch_id``, or None if the file has none."""
     data = offset_data(checkpoint, batch_id)
