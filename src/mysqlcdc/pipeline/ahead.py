@@ -11,7 +11,8 @@ It runs as ``python -m mysqlcdc.pipeline.ahead`` with the source's options on it
 standard input (they hold the password), and stops by itself: when the backlog is read
 (a batch ended at the server's position), when the query planned a batch itself, on an
 error (the query then does the work as it always does), or when its parent is gone.
-``MYSQLCDC_DECODE_AHEAD=0`` turns it off.
+``MYSQLCDC_DECODE_AHEAD=0`` turns it off; ``MYSQLCDC_AHEAD_DEBUG=1`` makes it log each
+batch and keeps the ledger's files after the run (their times show who waited for whom).
 """
 
 from __future__ import annotations
