@@ -169,13 +169,14 @@ def _run(options: dict[str, str], ledger) -> str:
     from mysqlcdc.spark.options import SourceOptions
     from mysqlcdc.spark.source import MysqlcdcStreamReader, RangePartition
 
-    parsed = SourceOptions.parse({k: v for k, v in options.items()
-                                  if k not in ("decodeAhead", START)})
+    # every replication connection of this process (its planner's position lookups and
+    # its decoding) uses the replica id a second sink would take (decode-ahead runs for
+    # one sink only): never the query's or its read task's, which connect at the same time
+    given = {k: v for k, v in options.items() if k not in ("decodeAhead", START)}
+    server_id = int(given["serverId"]) + 1 + int(given.get("parallelism") or 1)
+    parsed = SourceOptions.parse({**given, "serverId": str(server_id)})
     reader = MysqlcdcStreamReader(parsed)
     reader._runway_at = float("inf")       # the query keeps the runway record, not us
-    # the replica id a second sink would take (decode-ahead runs for one sink only): never
-    # the read task's own, which reads when a batch was not decoded ahead
-    server_id = parsed.server_id + 1 + parsed.parallelism
     start = options.get(START) or reader.initialOffset()
     limit = reader.getDefaultReadLimit()
     try:
