@@ -180,19 +180,25 @@ def history_ahead(cfg: PipelineConfig,
     return wait
 
 
+def query_options(cfg: PipelineConfig, index: int) -> dict[str, str]:
+    """The source options of sink ``index``'s query as ``start_queries`` gives them: the
+    pipeline's (``source_options``) with the sink's schema history and rollbacks."""
+    options = source_options(cfg, index)
+    history = schema_history_dir(cfg, index)
+    if history is not None:
+        options["schemaHistory"] = history
+    if isinstance(cfg.sinks[index], PluginsSinkConfig):
+        options["emitRollbacks"] = "true"
+    return options
+
+
 def _decode_ahead(cfg: PipelineConfig) -> dict:
     """The decode-ahead of each sink that gets one (``pipeline.ahead``), not yet started."""
     from mysqlcdc.pipeline.ahead import plan_ahead
 
     out = {}
-    for i, sink in enumerate(cfg.sinks):
-        folder = schema_history_dir(cfg, i)
-        options = source_options(cfg, i)
-        if folder is not None:
-            options["schemaHistory"] = folder
-        if isinstance(sink, PluginsSinkConfig):
-            options["emitRollbacks"] = "true"
-        ahead = plan_ahead(cfg, folder, i, options)
+    for i in range(len(cfg.sinks)):
+        ahead = plan_ahead(cfg, schema_history_dir(cfg, i), i, query_options(cfg, i))
         if ahead is not None:
             out[i] = ahead
     return out
@@ -360,15 +366,11 @@ def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = Non
     queries = []
     for index, sink in enumerate(cfg.sinks):
         checkpoint = sink_checkpoint(cfg, index)
-        options = source_options(cfg, index)
+        options = query_options(cfg, index)
         history = schema_history_dir(cfg, index)
         if history is None:
             log.warning("checkpoint %s is not a local folder: the schema history of sink %d is "
                         "kept in memory and bootstrapped again at every start", checkpoint, index)
-        else:
-            options["schemaHistory"] = history
-        if isinstance(sink, PluginsSinkConfig):
-            options["emitRollbacks"] = "true"
         if ahead and index in ahead:
             options["decodeAhead"] = ahead[index]
         name = f"{cfg.name}-{index}-{sink.type}"

@@ -376,8 +376,8 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _spool(self, start: dict, end: dict, task: RangeTask) -> str | None:
         if self._ledger is None:
             return None
-        return self._ledger.spool_for({k: v for k, v in start.items()},
-                                      {k: v for k, v in end.items() if k != "snapshot"}, task)
+        return self._ledger.spool_for(start, {k: v for k, v in end.items() if k != "snapshot"},
+                                      task)
 
     def _tapped(self, tasks: list[RangeTask]) -> list[RangeTask]:
         """The range tasks, handing the signal table's rows to the driver."""
