@@ -45,14 +45,15 @@ def _more(mariadb, db: str) -> int:
     return len(statements)
 
 
-def _config(mariadb, db: str, tmp_path: Path, name: str, start, server_id: int):
+def _config(mariadb, db: str, tmp_path: Path, name: str, start, server_id: int,
+            events: int = 150):
     from mysqlcdc.config import load_pipeline_from_dict
 
     return load_pipeline_from_dict({
         "name": f"{db.replace('_', '-')}-{name}",
         "source": {"host": mariadb.host, "port": mariadb.port, "user": mariadb.user,
                    "server_id": server_id, "start": str(start),
-                   "max_events_per_batch": 150, "tables": {"include": [f"{db}.*"]}},
+                   "max_events_per_batch": events, "tables": {"include": [f"{db}.*"]}},
         "spark": {"master": "local[2]", "checkpoint": str(tmp_path / name / "ck"),
                   "trigger_interval": "0 seconds"},
         "sinks": [{"changelog": {"path": str(tmp_path / name / "changelog")}}],
@@ -69,10 +70,10 @@ def _counts(caplog) -> dict[str, int]:
     import re
 
     for record in caplog.records:
-        m = re.search(r"(\d+) batches decoded ahead, (\d+) adopted by the query, (\d+) read",
-                      record.getMessage())
+        m = re.search(r"(\d+) batches decoded ahead, (\d+) adopted by the query, (\d+) read"
+                      r".*; (\d+) decoded in slices", record.getMessage())
         if m:
-            return dict(zip(("decoded", "adopted", "read"), map(int, m.groups())))
+            return dict(zip(("decoded", "adopted", "read", "sliced"), map(int, m.groups())))
     return {}
 
 
@@ -149,3 +150,38 @@ def test_a_decode_ahead_killed_mid_run_costs_only_speed(spark, mariadb, fresh_db
     assert counts["decoded"] >= 1 and counts["read"] <= counts["adopted"], counts
     rows = _rows(tmp_path / "killed" / "changelog")
     assert len(rows) == changes and len({r[0] for r in rows}) == changes
+
+
+def test_batches_decoded_in_slices_at_once_are_written_as_without(spark, mariadb, fresh_db,
+                                                                  tmp_path, caplog,
+                                                                  monkeypatch):
+    """Batches of several MB are cut in two slices, decoded at once by the decode-ahead and
+    a helper process (each from its slice's start, passing over the events before it); the
+    read task reads both spools as one batch, and the query plans each next batch from the
+    record the slices' records make. The changelog is that of the plain pipeline."""
+    from mysqlcdc.pipeline.runner import run_pipeline
+
+    start = binlog_position(mariadb)
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY, v VARCHAR(2000), n BIGINT)")
+    statements = [f"INSERT INTO `{fresh_db}`.t VALUES ({i}, REPEAT('{i % 10}', 1500), {i})"
+                  for i in range(1, 4001)]
+    statements += [f"UPDATE `{fresh_db}`.t SET n = -n WHERE id = {i}" for i in range(1, 4001, 5)]
+    statements += [f"DELETE FROM `{fresh_db}`.t WHERE id = {i}" for i in range(3, 4001, 11)]
+    mariadb.sql(*statements)
+    changes = len(statements) + 1
+    monkeypatch.setenv("MYSQLCDC_AHEAD_SLICES", "2")
+    caplog.set_level(logging.INFO, logger="mysqlcdc.pipeline.ahead")
+    run_pipeline(_config(mariadb, fresh_db, tmp_path, "sliced", start, 5340, events=8000),
+                 until_idle=True, spark=spark)
+    counts = _counts(caplog)
+    assert counts.get("sliced", 0) >= 2, counts
+    assert counts["adopted"] == counts["decoded"], counts
+    assert counts["adopted"] - 1 <= counts["read"] <= counts["adopted"], counts
+
+    monkeypatch.setenv("MYSQLCDC_DECODE_AHEAD", "0")
+    run_pipeline(_config(mariadb, fresh_db, tmp_path, "plain", start, 5350, events=8000),
+                 until_idle=True, spark=spark)
+    sliced = _rows(tmp_path / "sliced" / "changelog")
+    plain = _rows(tmp_path / "plain" / "changelog")
+    assert len(sliced) == changes and len({r[0] for r in sliced}) == changes
+    assert sliced == plain

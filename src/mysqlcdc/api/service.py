@@ -314,19 +314,20 @@ class PipelineService:
         drop one's binlog stream whenever the other connects. Checked before Spark starts, so
         the error names both pipelines instead of surfacing later from a read task."""
         mine = state.config.source
-        ids = set(mine.server_ids(len(state.config.sinks)))
+        ids = set(state.config.replica_ids())
         for other in self.pipelines.values():
             if other is state or other.state != "running" or other.config is None:
                 continue
             theirs = other.config.source
             if (theirs.host, theirs.port) != (mine.host, mine.port):
                 continue
-            shared = ids & set(theirs.server_ids(len(other.config.sinks)))
+            shared = ids & set(other.config.replica_ids())
             if shared:
                 raise ServerIdInUseError(
                     f"pipeline {state.name} would use server_id {min(shared)}, which running "
                     f"pipeline {other.name} uses (each pipeline takes source.server_id .. "
-                    f"+sinks*(parallelism+1)-1)")
+                    f"+sinks*(parallelism+1)-1, a one-sink pipeline on a local master "
+                    f"with parallelism 1 two such blocks: give them ids further apart)")
 
     def stop(self, name: str) -> PipelineState:
         with self._lock:

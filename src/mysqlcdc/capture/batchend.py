@@ -49,7 +49,7 @@ from mysqlcdc.schema.ddl import classify
 from mysqlcdc.schema.history import Quarantine
 from mysqlcdc.types import SEQ_FILE, SEQ_POS, BinlogPosition, binlog_file_number
 
-__all__ = ["EndRule", "Found", "RECORDS", "end_offset", "iter_until", "pending", "read_batch",
+__all__ = ["EndRule", "Found", "RECORDS", "combine", "end_offset", "iter_until", "pending", "read_batch",
            "read_found", "record_path", "resolved_offset", "offset_after",
            "slice_cuts", "spec_key", "task_rules", "write_found"]
 
@@ -149,7 +149,12 @@ def read_batch(folder: str | os.PathLike, offset: dict) -> Found | None:
     parts = [read_found(record_path(folder, offset, i)) for i in range(len(cuts) + 1)]
     if any(f is None for f in parts):
         return None
-    start = BinlogPosition.of(offset["file"], int(offset["pos"]))
+    return combine(BinlogPosition.of(offset["file"], int(offset["pos"])), parts)
+
+
+def combine(start: BinlogPosition, parts: list[Found]) -> Found | None:
+    """What the slices ``parts`` of the batch from ``start`` found, as one read task
+    of the whole batch would have (None: they do not chain)."""
     last = next((f for f in parts if f.reason not in ("slice", "empty")), None)
     if last is None or any(f.reason == "empty" for f in parts[:parts.index(last)]):
         log.warning("the records of the batch from %s do not chain; reading it again", start)

@@ -55,6 +55,7 @@ _FDE = C.FORMAT_DESCRIPTION_EVENT
 # after a read task stopped at a DDL, the driver applies it by walking this many events
 # from there (a run of DDL, as a migration writes, then costs one batch, not one each)
 _LOOKAHEAD_EVENTS = 2000
+_SAMPLE_EVENTS = 20000           # events sampled for bytes per event before any batch
 
 
 @dataclass
@@ -91,6 +92,7 @@ class RangePlanner:
         self._found: dict[str, batchend.Found] = {}           # pending offset -> its end
         self._known: dict[BinlogPosition, BinlogPosition] = {}  # batch start -> DDL known up to
         self._event_bytes = 200.0                                # bytes per event, as last read
+        self._event_bytes_read = False                           # ... or a guess
 
     # -- server facts -------------------------------------------------------
     def _sql(self):
@@ -337,11 +339,12 @@ class RangePlanner:
             known = until if known is None or until > known else known
         return batchend.end_offset(a, cap, max_events, known, self._cuts(a, cap, max_events))
 
-    def _cuts(self, start: BinlogPosition, cap: BinlogPosition,
-              max_events: int | None) -> list[BinlogPosition]:
-        """Where the slices of a batch begin, for ``parallelism`` read tasks: its expected
-        bytes (events x the bytes per event of the batches so far) cut evenly."""
-        parts = self.options.parallelism
+    def _cuts(self, start: BinlogPosition, cap: BinlogPosition, max_events: int | None,
+              parts: int | None = None) -> list[BinlogPosition]:
+        """Where the slices of a batch begin, for ``parts`` (default: ``parallelism``)
+        read tasks: its expected bytes (events x the bytes per event of the batches so
+        far) cut evenly."""
+        parts = self.options.parallelism if parts is None else parts
         if parts <= 1:
             return []
         logs = list_binlogs(self._sql())
@@ -350,6 +353,43 @@ class RangePlanner:
             end = _advance(logs, start, int(max_events * self._event_bytes))
             end = cap if end is None or end > cap else end
         return batchend.slice_cuts(start, end, parts, logs, self.options.min_slice_bytes)
+
+    def cuts_of(self, end: dict, parts: int, min_event_bytes: float = 0.0
+                ) -> list[BinlogPosition]:
+        """Where ``parts`` slices of the pending batch ending at ``end`` would begin (the
+        decode-ahead cuts a one-task batch to decode it on several cores); none while
+        events average under ``min_event_bytes``. Before any batch was read, the bytes
+        per event are first sampled from the batch's start."""
+        a = BinlogPosition.of(end["file"], int(end["pos"]))
+        upto = end["upto"]
+        cap = BinlogPosition.of(upto["file"], int(upto["pos"]))
+        if not self._event_bytes_read and upto.get("events"):
+            sampled = self._sample_event_bytes(a, cap)
+            if sampled is not None:
+                self._event_bytes = sampled
+        if self._event_bytes < min_event_bytes:
+            return []
+        return self._cuts(a, cap, upto.get("events"), parts)
+
+    def _sample_event_bytes(self, start: BinlogPosition, cap: BinlogPosition,
+                            events: int = _SAMPLE_EVENTS) -> float | None:
+        """The bytes per event of the first ``events`` events from ``start`` in its file
+        (frames only, nothing parsed)."""
+        stream = ReplicationStream(self.options.settings, server_id=self.options.server_id,
+                                   start=start, stop_at=cap, reconnect=self.options.retry)
+        count, last = 0, start.pos
+        try:
+            for raw in stream:
+                if raw.artificial:
+                    continue
+                if raw.file != start.file:
+                    break
+                count, last = count + 1, raw.pos
+                if count >= events:
+                    break
+        finally:
+            stream.close()
+        return max(19.0, (last - start.pos) / (count - 1)) if count > 1 else None
 
     def plan_tasks(self, start: dict, end: dict) -> list[RangeTask]:
         """The read tasks of the batch ``[start, end)``."""
@@ -391,6 +431,7 @@ class RangePlanner:
             self._check_file(file, born)
         if found.events:
             self._event_bytes = max(19.0, found.bytes / found.events)
+            self._event_bytes_read = True
         for q in found.held:
             self.keeper.quarantined(q)
         if found.reason == "ddl":

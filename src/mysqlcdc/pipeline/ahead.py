@@ -6,6 +6,10 @@ one batch, this process plans the next batches with the source's own planner and
 them with the read task's own code into spool files (``spark.ahead``); the query adopts
 them. Decoding and writing then overlap on two cores instead of taking turns in one
 read task, and the first seconds of a run are no longer spent waiting for the JVM.
+Where a batch's events are large (wide rows) and there are two cores, it decodes each
+batch in two slices at once, the second in a helper process: a slice passes over the
+batch's events before it without decoding them, so the slices, read one after the
+other, hold exactly the rows of the one read task the query planned.
 
 It runs as ``python -m mysqlcdc.pipeline.ahead`` with the source's options on its
 standard input (they hold the password), and stops by itself: when the backlog is read
@@ -32,6 +36,12 @@ log = logging.getLogger(__name__)
 __all__ = ["DecodeAhead", "main", "plan_ahead"]
 
 ENV_SWITCH = "MYSQLCDC_DECODE_AHEAD"
+# A batch is decoded in slices at once only when its events average this many bytes: a
+# slice passes over the events before it one by one, and the rows' conversion is what
+# slicing spreads. Measured on two cores (docs/BENCHMARKS.md, "Decoding ahead"): wide
+# rows (386 bytes per event) reached the changelog 1.13x sooner in two slices; narrow
+# ones (77 bytes per event) were no faster and cost 1.2x the CPU.
+SLICE_EVENT_BYTES = 200
 START = "aheadStart"          # the process's input: a resumed query's start offset
 FOLDER = "ahead"              # inside the sink's schema-history folder
 
@@ -94,8 +104,9 @@ class DecodeAhead:
         counts = Ledger(self.folder).counts() if proc is not None else {}
         if counts:
             log.info("decode-ahead of sink %d: %d batches decoded ahead, %d adopted by the "
-                     "query, %d read from their spool", self.index, counts["decoded"],
-                     counts["adopted"], counts["read"])
+                     "query, %d read from their spool; %d decoded in slices at once",
+                     self.index, counts["decoded"], counts["adopted"], counts["read"],
+                     counts["sliced"])
         self.counts = counts
         if not os.environ.get("MYSQLCDC_AHEAD_DEBUG"):
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -170,13 +181,18 @@ def _run(options: dict[str, str], ledger) -> str:
     from mysqlcdc.spark.source import MysqlcdcStreamReader, RangePartition
 
     # every replication connection of this process (its planner's position lookups and
-    # its decoding) uses the replica id a second sink would take (decode-ahead runs for
-    # one sink only): never the query's or its read task's, which connect at the same time
+    # its decoding) and of its slice helper uses an id of the block a second sink would
+    # take (decode-ahead runs for one sink only; ``PipelineConfig.replica_ids``): never
+    # the query's or its read task's, which connect at the same time
     given = {k: v for k, v in options.items() if k not in ("decodeAhead", START)}
-    server_id = int(given["serverId"]) + 1 + int(given.get("parallelism") or 1)
+    block = 1 + int(given.get("parallelism") or 1)
+    server_id = int(given["serverId"]) + block
     parsed = SourceOptions.parse({**given, "serverId": str(server_id)})
     reader = MysqlcdcStreamReader(parsed)
     reader._runway_at = float("inf")       # the query keeps the runway record, not us
+    slices = _slices(block)
+    # the helpers that decode a batch's later slices (they start while the first is planned)
+    helpers = _Helpers(slices - 1, ledger.folder) if slices > 1 else None
     start = options.get(START) or reader.initialOffset()
     limit = reader.getDefaultReadLimit()
     try:
@@ -198,16 +214,22 @@ def _run(options: dict[str, str], ledger) -> str:
                     parts[0].task.rule is None:
                 return "a batch of more than one read task"
             task = parts[0].task
-            spool = ledger.plan(start, end, fingerprint(task))
-            log.debug("planned %s", spool.name)
+            cuts = [] if helpers is None else \
+                reader.planner.cuts_of(end, slices, SLICE_EVENT_BYTES)
+            spools = ledger.plan(start, end, fingerprint(task), len(cuts) + 1)
+            log.debug("planned %s in %d slices", spools[0].name, len(spools))
             try:
-                _decode(replace(task, server_id=server_id), spool, ledger)
+                if cuts:
+                    _decode_sliced(task, cuts, server_id, spools, ledger, helpers)
+                else:
+                    _decode(replace(task, server_id=server_id), spools[0], ledger)
             except BaseException:
                 ledger.failed(start)
                 raise
-            ledger.decoded(start)
+            ledger.complete(start)
+            ledger.decoded(start, len(spools))
             found = batchend.read_found(task.rule.record)
-            log.debug("decoded %s: cpu %.2f rows %s reason %s", spool.name, time.process_time(),
+            log.debug("decoded %s: cpu %.2f rows %s reason %s", spools[0].name, time.process_time(),
                       found and found.rows, found and found.reason)
             # at a DDL the next batch goes on past it (the planner applies it, as the
             # query's would, to the same append-only history); at the cap the backlog is read
@@ -216,6 +238,91 @@ def _run(options: dict[str, str], ledger) -> str:
             start = end
     finally:
         reader.stop()
+        if helpers is not None:
+            helpers.close()
+
+
+def _slices(block: int) -> int:
+    """Slices a batch is decoded in at once: one per core, at most ``block`` (the replica
+    ids set aside for the decode-ahead); ``MYSQLCDC_AHEAD_SLICES`` sets fewer."""
+    given = os.environ.get("MYSQLCDC_AHEAD_SLICES", "").strip()
+    cores = len(os.sched_getaffinity(0))
+    wanted = int(given) if given.isdigit() and int(given) > 0 else cores
+    return max(1, min(wanted, block))
+
+
+class _Helpers:
+    """Processes that decode slices of a batch beside the decode-ahead (started at once,
+    so their imports overlap the first batch's planning; they exit with it)."""
+
+    def __init__(self, count: int, folder: Path) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_helper_started,
+                                        initargs=(os.getpid(), str(folder)))
+        for _ in range(count):
+            self.pool.submit(_warm)
+
+    def submit(self, *args):
+        return self.pool.submit(_decode_slice, *args)
+
+    def close(self) -> None:
+        # waits only for a slice still running after another failed (it stops at its
+        # next batch: the ledger says diverged, or finishes a spool nobody reads)
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _helper_started(parent: int, folder: str) -> None:
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _warm() -> None:
+    import mysqlcdc.capture.task  # noqa: F401 - imported once, before the first slice
+
+
+def _decode_slice(task, spool: str, folder: str) -> None:
+    from mysqlcdc.spark.ahead import Ledger
+
+    _decode(task, Path(spool), Ledger(folder))
+
+
+def _decode_sliced(task, cuts, server_id: int, spools: list[Path], ledger, helpers) -> None:
+    """``task`` decoded as ``len(cuts) + 1`` slices at once (this process the first, the
+    helpers the others), each into its spool; their records made the one ``task`` writes.
+    Decoding a slice reads the events of the batch before it without decoding them, so the
+    slices yield, one after the other, exactly the batches ``task`` yields."""
+    from dataclasses import replace
+
+    from mysqlcdc.capture import batchend
+
+    edges = [None, *cuts, None]
+    records = [ledger.folder / f"{spools[0].stem}-{i}.found" for i in range(len(spools))]
+    tasks = [replace(task, server_id=server_id + i,
+                     rule=replace(task.rule, cut_from=edges[i], cut_to=edges[i + 1],
+                                  record=str(records[i])))
+             for i in range(len(spools))]
+    futures = [helpers.submit(t, str(s), str(ledger.folder))
+               for t, s in zip(tasks[1:], spools[1:])]
+    try:
+        _decode(tasks[0], spools[0], ledger)
+        log.debug("slice 0 decoded")
+        for future in futures:
+            future.result()
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        raise
+    parts = [batchend.read_found(r) for r in records]
+    if any(f is None for f in parts):
+        raise RuntimeError("a slice wrote no record")
+    log.debug("slices: %s", [(f.reason, f.rows, f.bytes) for f in parts])
+    whole = batchend.combine(task.start, parts)
+    if whole is None or not batchend.write_found(task.rule.record, whole):
+        raise RuntimeError("the slices' records do not make the batch's")
+    for record in records:
+        record.unlink(missing_ok=True)
 
 
 def _decode(task, spool: Path, ledger) -> None:

@@ -277,7 +277,7 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
             resuming = checkpointed_position(cfg) is not None
 
             def check():
-                return preflight(settings, server_id=cfg.source.server_ids(len(cfg.sinks)),
+                return preflight(settings, server_id=cfg.replica_ids(),
                                  start=resume_position(cfg), resuming=resuming)
             # A pipeline with a checkpoint waits through an outage like a running one (a
             # host rebooting with its database). One that never ran has nothing to resume:

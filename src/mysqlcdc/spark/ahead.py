@@ -16,6 +16,10 @@ This module is the ledger both sides share, a folder of files:
     the batch's envelope record batches, an Arrow IPC stream, while it is written and once
     complete (renamed), or the mark that decoding failed. The read task follows the stream
     as it is written; when it ends unfinished, the task decodes the rest itself.
+``<key>-<i>.part`` / ``<key>-<i>.arrow``, ``<key>.done``
+    a batch decoded in ``slices`` parts at once (one process each): slice ``i`` > 0 of
+    it, and the mark that every slice is complete and the batch's record written. The
+    read task reads the slices in order: together they are the batch.
 ``<key>.taken``, ``<key>.used``
     the query adopted the batch; its read task read the spool (both kept until the
     pipeline stops, to count). ``diverged``: the query planned a batch itself; the
@@ -40,7 +44,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-__all__ = ["DEPTH", "OPTION", "Ledger", "fingerprint", "offset_key", "read_spool"]
+__all__ = ["DEPTH", "OPTION", "Ledger", "fingerprint", "offset_key", "read_spool", "spool_path"]
 
 log = logging.getLogger(__name__)
 
@@ -137,12 +141,17 @@ class Ledger:
         state = _read_json(self.folder / "state.json") or {"pid": os.getpid()}
         _write_json(self.folder / "state.json", {**state, "over": True, "reason": reason})
 
-    def plan(self, start: dict, end: dict, task_fingerprint: str) -> Path:
-        """Record the batch ``[start, end)``; returns where its spool goes."""
+    def plan(self, start: dict, end: dict, task_fingerprint: str, slices: int = 1) -> list[Path]:
+        """Record the batch ``[start, end)``; returns where its spools go (one per slice)."""
         key = offset_key(start)
-        _write_json(self.folder / f"{key}.json",
-                    {"start": start, "end": end, "task": task_fingerprint})
-        return self.folder / f"{key}.arrow"
+        entry = self.folder / f"{key}.json"
+        _write_json(entry, {"start": start, "end": end, "task": task_fingerprint,
+                            "slices": slices})
+        return [spool_path(entry, i) for i in range(slices)]
+
+    def complete(self, start: dict) -> None:
+        """Every slice of the batch from ``start`` is written, and its record."""
+        (self.folder / f"{offset_key(start)}.done").touch()
 
     def failed(self, start: dict) -> None:
         (self.folder / f"{offset_key(start)}.failed").touch()
@@ -152,16 +161,19 @@ class Ledger:
                    if p.name != "state.json" and not p.with_suffix(".taken").exists())
 
     def counts(self) -> dict[str, int]:
-        """Batches decoded ahead, adopted by the query, read from their spool."""
+        """Batches decoded ahead, adopted by the query, read from their spool, decoded
+        in slices."""
         state = self._state() or {}
         return {"decoded": int(state.get("decoded", 0)),
                 "adopted": sum(1 for _ in self.folder.glob("*.taken")),
-                "read": sum(1 for _ in self.folder.glob("*.used"))}
+                "read": sum(1 for _ in self.folder.glob("*.used")),
+                "sliced": int(state.get("sliced", 0))}
 
-    def decoded(self, start: dict) -> None:
+    def decoded(self, start: dict, slices: int = 1) -> None:
         state = _read_json(self.folder / "state.json") or {"pid": os.getpid()}
         _write_json(self.folder / "state.json",
-                    {**state, "decoded": int(state.get("decoded", 0)) + 1})
+                    {**state, "decoded": int(state.get("decoded", 0)) + 1,
+                     "sliced": int(state.get("sliced", 0)) + (slices > 1)})
 
     def diverged(self) -> bool:
         return (self.folder / "diverged").exists()
@@ -233,11 +245,20 @@ class Ledger:
                 continue
             entry = _read_json(path)
             if entry is not None and entry.get("end") == end:
-                for suffix in (".arrow", ".part", ".failed", ".json"):
+                files = [spool_path(path, i).with_suffix(suffix)
+                         for i in range(int(entry.get("slices") or 1))
+                         for suffix in (".arrow", ".part")]
+                for file in [*files, *(path.with_suffix(s) for s in (".failed", ".done")),
+                             path]:
                     try:
-                        path.with_suffix(suffix).unlink()
+                        file.unlink()
                     except FileNotFoundError:
                         pass
+
+
+def spool_path(entry: Path, index: int) -> Path:
+    """Where slice ``index`` of the ledger entry ``entry`` is spooled (complete: ``.arrow``)."""
+    return entry.with_name(f"{entry.stem}.arrow" if index == 0 else f"{entry.stem}-{index}.arrow")
 
 
 def read_spool(entry: str, decode: Callable[[], Iterator[pa.RecordBatch]]
@@ -247,24 +268,29 @@ def read_spool(entry: str, decode: Callable[[], Iterator[pa.RecordBatch]]
     comes from ``decode()`` (the read task's own decoding of the same task, which yields
     the same rows in the same order): its first rows, those already read, are skipped."""
     path = Path(entry)
-    spool = _open_spool(path)
     done = 0
-    if spool is not None:
-        follow = _Follow(spool, path)
-        try:
-            for batch in pa.ipc.open_stream(pa.PythonFile(follow, mode="r")):
-                done += batch.num_rows
-                yield batch
-        except _Abandoned:
-            log.warning("the decode-ahead stopped inside batch %s: decoding the rest",
-                        path.stem)
-        except (OSError, pa.ArrowInvalid) as exc:
-            log.warning("decode-ahead spool %s unreadable (%s): decoding the rest", path, exc)
-        else:
-            _touch(path.with_suffix(".used"))
-            return
-        finally:
-            spool.close()
+    try:
+        slices = int((_read_json(path) or {}).get("slices") or 1)
+        for index in range(slices):
+            spool = _open_spool(path, index)
+            if spool is None:
+                raise _Abandoned()
+            try:
+                follow = _Follow(spool, path, spool_path(path, index))
+                for batch in pa.ipc.open_stream(pa.PythonFile(follow, mode="r")):
+                    done += batch.num_rows
+                    yield batch
+            finally:
+                spool.close()
+        if slices > 1:
+            _wait_complete(path)
+    except _Abandoned:
+        log.warning("the decode-ahead stopped inside batch %s: decoding the rest", path.stem)
+    except (OSError, pa.ArrowInvalid) as exc:
+        log.warning("decode-ahead spool of %s unreadable (%s): decoding the rest", path, exc)
+    else:
+        _touch(path.with_suffix(".used"))
+        return
     for batch in decode():
         if done >= batch.num_rows:
             done -= batch.num_rows
@@ -286,12 +312,14 @@ def _gone(path: Path) -> bool:
     return not state or not _alive(int(state["pid"]))
 
 
-def _open_spool(path: Path):
-    """The spool file of entry ``path``, complete or being written (None: it never came)."""
+def _open_spool(path: Path, index: int = 0):
+    """Slice ``index``'s spool of entry ``path``, complete or being written (None: it
+    never came)."""
+    complete = spool_path(path, index)
     while True:
-        for suffix in (".arrow", ".part"):
+        for name in (complete, complete.with_suffix(".part")):
             try:
-                return open(path.with_suffix(suffix), "rb", buffering=0)
+                return open(name, "rb", buffering=0)
             except FileNotFoundError:
                 pass
         if _gone(path):
@@ -299,13 +327,23 @@ def _open_spool(path: Path):
         time.sleep(_POLL_S)
 
 
+def _wait_complete(path: Path) -> None:
+    """Until the batch of entry ``path`` was decoded in full, its record written (the
+    query plans the next batch from that record)."""
+    done = path.with_suffix(".done")
+    while not done.exists():
+        if _gone(path) and not done.exists():
+            raise _Abandoned()
+        time.sleep(_POLL_S)
+
+
 class _Follow:
     """A file being written, read as if it were complete: a read at its end waits for
     more until the writer renamed it complete (then the end is the end)."""
 
-    def __init__(self, raw, path: Path) -> None:
+    def __init__(self, raw, path: Path, complete: Path) -> None:
         self.raw, self.path, self.closed = raw, path, False
-        self._complete = path.with_suffix(".arrow")
+        self._complete = complete
 
     def read(self, n: int = -1) -> bytes:
         parts, want = [], n

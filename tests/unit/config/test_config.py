@@ -409,6 +409,20 @@ def test_snapshot_options_are_checked(tmp_path: Path) -> None:
         assert said in str(load_error(tmp_path, text)), bad
 
 
+def test_a_pipeline_that_may_decode_ahead_also_takes_a_second_block_of_ids(tmp_path: Path
+                                                                          ) -> None:
+    # one sink, parallelism 1, a local master (the default local[*]): its decode-ahead and
+    # slice helper read as the ids a second sink would take (DESIGN.md decision 24)
+    cfg = load_pipeline(write(tmp_path, MINIMAL), env=ENV)
+    assert cfg.replica_ids() == range(5401, 5405)
+    parallel = MINIMAL.replace("server_id: 5401", "server_id: 5401\n  parallelism: 2")
+    assert load_pipeline(write(tmp_path, parallel), env=ENV).replica_ids() == range(5401, 5404)
+    remote = MINIMAL.replace("checkpoint: ck", "checkpoint: ck\n  master: spark://h:7077")
+    assert load_pipeline(write(tmp_path, remote), env=ENV).replica_ids() == range(5401, 5403)
+    two = load_pipeline(write(tmp_path, FULL), env=ENV)
+    assert two.replica_ids() == two.source.server_ids(len(two.sinks))
+
+
 def test_every_sinks_server_ids_must_fit(tmp_path: Path) -> None:
     # parallelism 2, two sinks: ids server_id .. server_id+5.
     text = FULL.replace("server_id: 5401", f"server_id: {2**32 - 5}")
