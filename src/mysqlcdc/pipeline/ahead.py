@@ -24,11 +24,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import shutil
+import struct
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -158,6 +161,9 @@ def _watch_parent(parent: int) -> None:
 def main() -> int:
     from mysqlcdc.spark.ahead import OPTION, Ledger
 
+    if sys.argv[1:] == ["--helper"]:
+        return _helper()
+
     logging.basicConfig(level=logging.DEBUG if os.environ.get("MYSQLCDC_AHEAD_DEBUG") else
                         logging.WARNING, format="decode-ahead %(relativeCreated)d: %(message)s")
     options = json.loads(sys.stdin.read())
@@ -192,7 +198,7 @@ def _run(options: dict[str, str], ledger) -> str:
     reader._runway_at = float("inf")       # the query keeps the runway record, not us
     slices = _slices(block)
     # the helpers that decode a batch's later slices (they start while the first is planned)
-    helpers = _Helpers(slices - 1, ledger.folder) if slices > 1 else None
+    helpers = _Helpers(slices - 1) if slices > 1 else None
     start = options.get(START) or reader.initialOffset()
     limit = reader.getDefaultReadLimit()
     try:
@@ -252,40 +258,68 @@ def _slices(block: int) -> int:
 
 
 class _Helpers:
-    """Processes that decode slices of a batch beside the decode-ahead (started at once,
-    so their imports overlap the first batch's planning; they exit with it)."""
+    """Processes that decode slices of a batch beside the decode-ahead (``python -m
+    mysqlcdc.pipeline.ahead --helper``, started at once so that their imports overlap the
+    first batch's planning; they exit when their input closes or their parent is gone)."""
 
-    def __init__(self, count: int, folder: Path) -> None:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    def __init__(self, count: int) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-m", "mysqlcdc.pipeline.ahead",
+                                        "--helper"], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, close_fds=True)
+                      for _ in range(count)]
 
-        self.pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_helper_started,
-                                        initargs=(os.getpid(), str(folder)))
-        for _ in range(count):
-            self.pool.submit(_warm)
+    def submit(self, index: int, task, spool: Path, folder: Path) -> Callable[[], None]:
+        """Helper ``index`` decodes ``task`` into ``spool``; returns the call that waits
+        for it (and raises what went wrong)."""
+        proc = self.procs[index]
+        assert proc.stdin is not None and proc.stdout is not None
+        job = pickle.dumps((task, str(spool), str(folder)))
+        proc.stdin.write(struct.pack("<I", len(job)) + job)
+        proc.stdin.flush()
 
-    def submit(self, *args):
-        return self.pool.submit(_decode_slice, *args)
+        def result() -> None:
+            head = proc.stdout.read(4)
+            if len(head) < 4:
+                raise RuntimeError("the slice helper exited")
+            message = proc.stdout.read(struct.unpack("<I", head)[0]).decode()
+            if message:
+                raise RuntimeError(f"a slice failed: {message}")
+        return result
 
     def close(self) -> None:
-        # waits only for a slice still running after another failed (it stops at its
-        # next batch: the ledger says diverged, or finishes a spool nobody reads)
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        for proc in self.procs:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
-def _helper_started(parent: int, folder: str) -> None:
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-
-
-def _warm() -> None:
-    import mysqlcdc.capture.task  # noqa: F401 - imported once, before the first slice
-
-
-def _decode_slice(task, spool: str, folder: str) -> None:
+def _helper() -> int:
+    """A slice helper: decodes the jobs its input sends, answers each with an empty
+    message (done) or what failed."""
+    from mysqlcdc.capture import task as _task  # noqa: F401 - imported before the first job
     from mysqlcdc.spark.ahead import Ledger
 
-    _decode(task, Path(spool), Ledger(folder))
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    source, sink = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = source.read(4)
+        if len(head) < 4:
+            return 0
+        task, spool, folder = pickle.loads(source.read(struct.unpack("<I", head)[0]))
+        try:
+            _decode(task, Path(spool), Ledger(folder))
+            message = b""
+        except Exception as exc:   # noqa: BLE001 - the decode-ahead stops; the query decodes
+            message = f"{type(exc).__name__}: {exc}".encode()
+        sink.write(struct.pack("<I", len(message)) + message)
+        sink.flush()
 
 
 def _decode_sliced(task, cuts, server_id: int, spools: list[Path], ledger, helpers) -> None:
@@ -303,17 +337,12 @@ def _decode_sliced(task, cuts, server_id: int, spools: list[Path], ledger, helpe
                      rule=replace(task.rule, cut_from=edges[i], cut_to=edges[i + 1],
                                   record=str(records[i])))
              for i in range(len(spools))]
-    futures = [helpers.submit(t, str(s), str(ledger.folder))
-               for t, s in zip(tasks[1:], spools[1:])]
-    try:
-        _decode(tasks[0], spools[0], ledger)
-        log.debug("slice 0 decoded")
-        for future in futures:
-            future.result()
-    except BaseException:
-        for future in futures:
-            future.cancel()
-        raise
+    waits = [helpers.submit(i, t, s, ledger.folder)
+             for i, (t, s) in enumerate(zip(tasks[1:], spools[1:]))]
+    _decode(tasks[0], spools[0], ledger)
+    log.debug("slice 0 decoded")
+    for wait in waits:
+        wait()
     parts = [batchend.read_found(r) for r in records]
     if any(f is None for f in parts):
         raise RuntimeError("a slice wrote no record")
