@@ -124,18 +124,24 @@ def _sample(root: int, seen: dict[int, tuple[str, float]]) -> set[int]:
                 frontier.append(pid)
     for pid in tree:
         if pid in stats:
-            seen[pid] = (_role(pid, root), stats[pid][1])   # a launcher may exec the JVM
+            role = _role(pid, root)      # again each time: a launcher may exec the JVM
+            if role is None:             # exited, not yet reaped: as it was while it ran
+                role = seen[pid][0] if pid in seen else "other"
+            seen[pid] = (role, stats[pid][1])
     return tree & set(stats)
 
 
-def _role(pid: int, root: int) -> str:
+def _role(pid: int, root: int) -> str | None:
+    """What process ``pid`` is (None: it exited; a zombie has no command line)."""
     if pid == root:
         return "cli"
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
-        return "other"
+        return None
+    if not cmd:
+        return None
     if "java" in cmd.split(" ", 1)[0]:
         return "jvm"
     if "mysqlcdc.pipeline.ahead" in cmd:

@@ -197,8 +197,7 @@ def _run(options: dict[str, str], ledger) -> str:
     reader = MysqlcdcStreamReader(parsed)
     reader._runway_at = float("inf")       # the query keeps the runway record, not us
     slices = _slices(block)
-    # the helpers that decode a batch's later slices (they start while the first is planned)
-    helpers = _Helpers(slices - 1) if slices > 1 else None
+    helpers = None               # the processes that decode a batch's later slices
     start = options.get(START) or reader.initialOffset()
     limit = reader.getDefaultReadLimit()
     try:
@@ -220,8 +219,10 @@ def _run(options: dict[str, str], ledger) -> str:
                     parts[0].task.rule is None:
                 return "a batch of more than one read task"
             task = parts[0].task
-            cuts = [] if helpers is None else \
+            cuts = [] if slices == 1 else \
                 reader.planner.cuts_of(end, slices, SLICE_EVENT_BYTES)
+            if cuts and helpers is None:
+                helpers = _Helpers(slices - 1)
             spools = ledger.plan(start, end, fingerprint(task), len(cuts) + 1)
             log.debug("planned %s in %d slices", spools[0].name, len(spools))
             try:
@@ -259,8 +260,8 @@ def _slices(block: int) -> int:
 
 class _Helpers:
     """Processes that decode slices of a batch beside the decode-ahead (``python -m
-    mysqlcdc.pipeline.ahead --helper``, started at once so that their imports overlap the
-    first batch's planning; they exit when their input closes or their parent is gone)."""
+    mysqlcdc.pipeline.ahead --helper``, started for the first batch cut in slices; they
+    exit when their input closes or their parent is gone)."""
 
     def __init__(self, count: int) -> None:
         self.procs = [subprocess.Popen([sys.executable, "-m", "mysqlcdc.pipeline.ahead",
