@@ -41,8 +41,8 @@ __all__ = ["DecodeAhead", "main", "plan_ahead"]
 ENV_SWITCH = "MYSQLCDC_DECODE_AHEAD"
 # A batch is decoded in slices at once only when its events average this many bytes: a
 # slice passes over the events before it one by one, and the rows' conversion is what
-# slicing spreads. Measured on two cores (docs/BENCHMARKS.md, "Decoding ahead"): wide
-# rows (386 bytes per event) reached the changelog 1.13x sooner in two slices; narrow
+# slicing spreads. Measured on two cores (docs/BENCHMARKS.md, "Decoding in slices"): wide
+# rows (386 bytes per event) reached the changelog 1.10x sooner in two slices; narrow
 # ones (77 bytes per event) were no faster and cost 1.2x the CPU.
 SLICE_EVENT_BYTES = 200
 START = "aheadStart"          # the process's input: a resumed query's start offset
