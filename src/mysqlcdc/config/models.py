@@ -962,16 +962,17 @@ class PipelineConfig(_Model):
                 "must say where those events go (path: or kafka:)")
         return self
 
+    def may_decode_ahead(self) -> bool:
+        """Whether this pipeline's shape allows a decode-ahead (DESIGN.md decision 24): one
+        sink, a local master (the read tasks see its spool files), ``parallelism: 1``."""
+        return len(self.sinks) == 1 and self.source.parallelism == 1 and \
+            str(self.spark.master).startswith("local")
+
     def replica_ids(self) -> range:
         """Every replica server id this pipeline may connect as: each sink's block of
-        ``parallelism + 1`` ids; when its backlog may be decoded ahead (one sink, a local
-        master, ``parallelism: 1``; DESIGN.md decision 24), also the block a second sink
-        would take: the decode-ahead and its slice helper read with those."""
-        sinks = len(self.sinks)
-        if sinks == 1 and self.source.parallelism == 1 and \
-                str(self.spark.master).startswith("local"):
-            sinks = 2
-        return self.source.server_ids(sinks)
+        ``parallelism + 1`` ids; when its backlog may be decoded ahead, also the block a
+        second sink would take: the decode-ahead and its slice helper read with those."""
+        return self.source.server_ids(2 if self.may_decode_ahead() else len(self.sinks))
 
     @model_validator(mode="after")
     def _sink_server_ids_fit(self) -> Self:

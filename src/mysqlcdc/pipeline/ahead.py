@@ -129,9 +129,7 @@ def plan_ahead(cfg, history_folder: str | None, index: int,
                                            stored_offset)
 
     src = cfg.source
-    if not _enabled() or history_folder is None or len(cfg.sinks) != 1:
-        return None
-    if not str(cfg.spark.master).startswith("local") or src.parallelism != 1:
+    if not _enabled() or history_folder is None or not cfg.may_decode_ahead():
         return None
     control = StreamControl(history_folder)
     if control.pending_seek() is not None or control.paused():
