@@ -32,22 +32,21 @@ PK_CHANGES = True
 
 
 def _sink(kind: str, server, mode: str) -> str:
-    """One mirror sink per pipeline (each test one target)."""
+    """One mirror sink of the pipeline."""
     lines = [f"  - mirror:", f"      target: {kind}", f"      mode: {mode}"]
     if kind == "delta":
         return "\n".join(lines + [f"      path: {server}"])
     lines += [f"      host: {server.host}", f"      port: {server.port}"]
     if kind == "postgresql":
-        lines += [f"      user: {server.user}", "      password_env: CHAOS_TARGET_PASSWORD"]
+        lines += [f"      user: {server.user}", "      password_env: CHAOS_PG_PASSWORD"]
     elif kind == "mysql":
         lines += [f"      user: {server.user}", "      database: chaos_ledger"]
     else:
-        lines += ["      password_env: CHAOS_TARGET_PASSWORD"]
+        lines += ["      password_env: CHAOS_REDIS_PASSWORD"]
     return "\n".join(lines)
 
 
-def _config(tmp_path: Path, mariadb, db: str, start: str, kind: str, server,
-            mode: str = "current") -> Path:
+def _config(tmp_path: Path, mariadb, db: str, start: str, targets: list) -> Path:
     path = tmp_path / "pipeline.yaml"
     path.write_text(f"""
 name: mirror-chaos
@@ -67,7 +66,7 @@ spark:
   conf:
     spark.sql.shuffle.partitions: "2"
 sinks:
-{_sink(kind, server, mode)}
+{chr(10).join(_sink(kind, server, mode) for kind, mode, server in targets)}
 """)
     return path
 
@@ -78,8 +77,8 @@ def _start(config: Path, env: dict, *args: str) -> subprocess.Popen:
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def _commits(tmp_path: Path) -> int:
-    commits = tmp_path / "checkpoint" / "0-mirror" / "commits"
+def _commits(tmp_path: Path, index: int) -> int:
+    commits = tmp_path / "checkpoint" / f"{index}-mirror" / "commits"
     return len(list(commits.glob("[0-9]*"))) if commits.is_dir() else 0
 
 
@@ -130,41 +129,46 @@ def _workload(mariadb, db: str, done: threading.Event) -> None:
 
 
 FIXTURES = {"postgresql": "postgres", "mysql": "mariadb_target", "redis": "redis_server"}
+TARGETS = [("postgresql", "current"), ("mysql", "current"), ("redis", "current"),
+           ("delta", "current"), ("delta", "history")]
 
 
-# History mode runs on Delta here (its SQL form is in test_mirror.py and the integration
-# tests): each case costs several Spark starts, so the suite keeps one per target and mode.
-@pytest.mark.parametrize("kind,mode", [("postgresql", "current"), ("mysql", "current"),
-                                       ("redis", "current"), ("delta", "current"),
-                                       ("delta", "history")])
-def test_sigkill_chaos_target_equals_source(mariadb, fresh_db, tmp_path, request, kind, mode):
-    server = (tmp_path / "delta-mirror" if kind == "delta"
-              else request.getfixturevalue(FIXTURES[kind]))
+# One pipeline with every target as its own mirror sink (history mode runs on Delta here;
+# its SQL form is in test_mirror.py and the integration tests). Each sink is its own query
+# (DESIGN decision 17), so every kill lands somewhere else in each sink's batch, and one
+# run costs a few Spark starts instead of a few per target.
+def test_sigkill_chaos_every_target_equals_source(mariadb, fresh_db, tmp_path, request):
+    targets = [(kind, mode, tmp_path / f"delta-{mode}" if kind == "delta"
+                else request.getfixturevalue(FIXTURES[kind])) for kind, mode in TARGETS]
+    servers = {kind: server for kind, _, server in targets}
     mariadb.sql(f"CREATE TABLE `{fresh_db}`.acct (id INT PRIMARY KEY, name VARCHAR(40), "
                 "bal DECIMAL(12,2), big BIGINT UNSIGNED, seen DATETIME(3))",
                 f"CREATE TABLE `{fresh_db}`.hot (k INT PRIMARY KEY, n INT)")
     start = str(binlog_position(mariadb))
-    config = _config(tmp_path, mariadb, fresh_db, start, kind, server, mode)
-    password = getattr(server, "password", "")
+    config = _config(tmp_path, mariadb, fresh_db, start, targets)
+    passwords = [servers["postgresql"].password, servers["redis"].password]
+    assert all(passwords)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "CHAOS_TARGET_PASSWORD": password}
+           "CHAOS_PG_PASSWORD": passwords[0], "CHAOS_REDIS_PASSWORD": passwords[1]}
     done = threading.Event()
     writer = threading.Thread(target=_workload, args=(mariadb, fresh_db, done), daemon=True)
     rnd = random.Random(23)
-    for _ in range(3):
+    for kill in range(3):
         proc = _start(config, env)
         if not writer.is_alive() and not done.is_set():
             # every sink's schema history starts before the workload's DDL
-            deadline = time.monotonic() + 180
-            history = tmp_path / "checkpoint" / "0-mirror" / "mysqlcdc-schema"
-            while not (history.is_dir() and any(history.glob("*"))):
+            deadline = time.monotonic() + 240
+            histories = [tmp_path / "checkpoint" / f"{i}-mirror" / "mysqlcdc-schema"
+                         for i in range(len(targets))]
+            while not all(h.is_dir() and any(h.glob("*")) for h in histories):
                 assert proc.poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
                 assert time.monotonic() < deadline, "the sinks' schema histories never started"
                 time.sleep(0.2)
             writer.start()
-        seen = _commits(tmp_path)
-        deadline = time.monotonic() + 180
-        while _commits(tmp_path) <= seen and time.monotonic() < deadline:
+        watched = kill % len(targets)          # wait for a commit of a different sink each time
+        seen = _commits(tmp_path, watched)
+        deadline = time.monotonic() + 240
+        while _commits(tmp_path, watched) <= seen and time.monotonic() < deadline:
             assert proc.poll() is None, (tmp_path / "pipeline.log").read_text()[-3000:]
             time.sleep(0.2)
         time.sleep(rnd.uniform(0.0, 2.0))          # somewhere inside a later batch
@@ -173,22 +177,26 @@ def test_sigkill_chaos_target_equals_source(mariadb, fresh_db, tmp_path, request
     writer.join(timeout=300)
     assert done.is_set()
     final = _start(config, env, "--until-idle")
-    assert final.wait(timeout=400) == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
+    assert final.wait(timeout=600) == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
     log = (tmp_path / "pipeline.log").read_text()
-    assert not password or password not in log
-    assert_target_equals_source(mariadb, server, kind, fresh_db, ["acct", "hot"],
-                                history=mode == "history")
-    if mode == "history":
-        assert_history_chains(mariadb, server, kind, fresh_db, ["acct", "hot"])
-    # `mysqlcdc mirror position` prints the transaction boundary the target reflects
+    assert not any(p in log for p in passwords)
+    for kind, mode, server in targets:
+        assert_target_equals_source(mariadb, server, kind, fresh_db, ["acct", "hot"],
+                                    history=mode == "history")
+        if mode == "history":
+            assert_history_chains(mariadb, server, kind, fresh_db, ["acct", "hot"])
+    # `mysqlcdc mirror position` prints the transaction boundary each target reflects
     shown = subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", "mirror", "position",
                             str(config), "--json"], capture_output=True, text=True, env=env,
                            timeout=120)
     assert shown.returncode == 0, shown.stderr
-    (row,) = [json.loads(line) for line in shown.stdout.splitlines()]
-    assert row["target"] == kind and row["batch_id"] >= 2 and row["stopped"] == []
-    at = BinlogPosition.parse(row["position"])
-    assert BinlogPosition.parse(start) < at <= binlog_position(mariadb)
-    if kind == "delta":               # every table's last commit is at or before the cut
-        assert {t["table"] for t in row["tables"]} == {f"{fresh_db}.acct", f"{fresh_db}.hot"}
-        assert all(BinlogPosition.parse(t["position"]) <= at for t in row["tables"])
+    rows = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [r["target"] for r in rows] == [kind for kind, _, _ in targets]
+    for row, (kind, _, server) in zip(rows, targets):
+        assert row["batch_id"] >= 2 and row["stopped"] == [], row
+        at = BinlogPosition.parse(row["position"])
+        assert BinlogPosition.parse(start) < at <= binlog_position(mariadb)
+        if kind == "delta":           # every table's last commit is at or before the cut
+            assert {t["table"] for t in row["tables"]} == {f"{fresh_db}.acct",
+                                                           f"{fresh_db}.hot"}
+            assert all(BinlogPosition.parse(t["position"]) <= at for t in row["tables"])
