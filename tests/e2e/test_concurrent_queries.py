@@ -30,9 +30,10 @@ def test_starting_a_query_leaves_the_sources_shared_environment_as_it_is(
     mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)",
                 db=fresh_db)
     queries = []
+    first_id = int(source_options()["serverId"])
     for i in range(2):              # two at once, as a pipeline with two sinks starts them
         df = spark.readStream.format("mysqlcdc").options(**source_options(
-            startingPosition=start, include=f"{fresh_db}.*")).load()
+            startingPosition=start, include=f"{fresh_db}.*", serverId=first_id + 5 * i)).load()
         queries.append(df.writeStream.format("parquet").option("path", str(tmp_path / f"o{i}"))
                        .option("checkpointLocation", str(tmp_path / f"c{i}"))
                        .trigger(availableNow=True).start())
