@@ -59,7 +59,8 @@ sinks:
 def _start(config: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     log = open(config.parent / "pipeline.log", "ab")
-    return subprocess.Popen([sys.executable, "-m", "mysqlcdc.cli.main", "run", str(config), "--verbose", *args],
+    return subprocess.Popen([sys.executable, "-m", "mysqlcdc.cli.main", "run", str(config),
+                             "--verbose", *args],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 

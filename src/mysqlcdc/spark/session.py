@@ -133,11 +133,13 @@ def register(spark) -> None:
     settle_source_environment(spark, MysqlcdcDataSource.name())
 
 
-# What Spark's driver-side runner of a Python streaming source puts into the environment
-# map of the registered source when a streaming query starts (pyspark 4: the runner writes
-# into that one map, shared by every query of the session, instead of into a copy).
-_STREAMING_RUNNER_KEYS = ("SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE",
-                          "SPARK_PYTHON_RUNTIME")
+# The keys Spark's driver-side runner of a Python streaming source puts into the registered
+# source's environment map when a streaming query starts (pyspark 4: into that one map,
+# shared by every query of the session, not into a copy). Every runner puts its own value
+# of each before its Python worker starts, so these values only stand in until then.
+_STREAMING_RUNNER_KEYS = {"SPARK_LOCAL_DIRS": tempfile.gettempdir(),
+                          "SPARK_AUTH_SOCKET_TIMEOUT": "15", "SPARK_BUFFER_SIZE": "65536",
+                          "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER"}
 
 
 def settle_source_environment(spark, name: str) -> None:
@@ -148,26 +150,16 @@ def settle_source_environment(spark, name: str) -> None:
     runner's first ``put`` of a key grows the map mid-write, and the task cannot be read
     back (``java.io.OptionalDataException``: the query fails). A pipeline with several
     sinks starts several queries at once. With every key present before the first query
-    starts, a later ``put`` only replaces a value, which leaves the map's layout as it is.
-    Each runner puts its own values before its Python worker starts, so these only stand
-    in until then (the JVM's objects that hold the runner's exact values are not reached
-    from here: py4j's reflection on them breaks its connection)."""
+    starts, a later ``put`` only replaces a value, which leaves the map's layout as it is."""
     try:
         source = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource(name)
         env = source.dataSourceCls().envVars()
-        conf = spark.sparkContext.getConf()
-        timeout = conf.get("spark.python.authenticate.socketTimeout", "15s").strip()
-        values = {
-            "SPARK_LOCAL_DIRS": os.environ.get("SPARK_LOCAL_DIRS")
-            or conf.get("spark.local.dir", tempfile.gettempdir()),
-            "SPARK_AUTH_SOCKET_TIMEOUT": timeout[:-1] if timeout.endswith("s") else timeout,
-            "SPARK_BUFFER_SIZE": conf.get("spark.buffer.size", "65536"),
-            "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
-        }
-        for key in _STREAMING_RUNNER_KEYS:
+        for key, value in _STREAMING_RUNNER_KEYS.items():
             if not env.containsKey(key):
-                env.put(key, values[key])
+                env.put(key, value)
     except Exception as exc:  # noqa: BLE001 - another Spark: leave its map as it is
         import logging
 
-        logging.getLogger(__name__).debug("source environment not settled: %s", exc)
+        logging.getLogger(__name__).warning("the mysqlcdc source's environment was not "
+                                            "settled (%s); several queries starting at once "
+                                            "may fail to read a task", exc)
