@@ -5,4 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-exec .venv/bin/python -m pytest "$@"
+# Two worker processes (pytest-xdist; the tests of a file stay on one): most of an e2e test's
+# time is waiting (a JVM starting, a pipeline's trigger, an outage), so two use the two
+# cores that one leaves half idle. Each worker has its own servers and one SparkSession
+# for all its tests. `-n 0` (or MYSQLCDC_TEST_WORKERS=0) runs in one process.
+exec .venv/bin/python -m pytest -n "${MYSQLCDC_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -105,6 +105,9 @@ class MariaDB:
         return self
 
     def _spawn(self, timeout: float) -> None:
+        # Each server its own temp folder: two servers sharing /tmp can remove each
+        # other's internal temporary tables (their file names are not unique across servers).
+        (self.basedir / "tmp").mkdir(exist_ok=True)
         self.process = subprocess.Popen(
             self._command(self.datadir),
             stdout=open(self.basedir / "stdout.log", "ab"),
@@ -154,6 +157,7 @@ class MariaDB:
             "--bind-address=127.0.0.1",
             f"--socket={self.basedir}/mysqld.sock",
             f"--pid-file={self.basedir}/mysqld.pid",
+            f"--tmpdir={self.basedir}/tmp",
             f"--log-error={self.basedir}/error.log",
             "--user=root",
         ]
