@@ -59,11 +59,8 @@ class BenchServer(MariaDB):
     def start(self, timeout: float = 120.0) -> "BenchServer":
         if self.basedir is None:
             raise ValueError("BenchServer needs a basedir")
-        # its own tmpdir: the machine's /tmp is shared, and a temp table's file removed
-        # under the server (by anything cleaning /tmp) fails the query that made it
-        tmp = Path(self.basedir) / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.options = {**BENCH_OPTIONS, "tmpdir": str(tmp), **self.options}
+        # (its own tmpdir, <basedir>/tmp, comes with every MariaDB of localserver)
+        self.options = {**BENCH_OPTIONS, **self.options}
         super().start(timeout)
         return self
 
