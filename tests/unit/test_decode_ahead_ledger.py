@@ -266,3 +266,28 @@ def test_an_offset_key_survives_a_json_round_trip(offset):
     import json
 
     assert offset_key(json.loads(json.dumps(offset))) == offset_key(offset)
+
+
+def test_a_writer_that_dies_while_the_read_task_waits_is_noticed(tmp_path):
+    """The read task waits for more of a spool with pauses that grow, and looks at the
+    writer's liveness only now and then: a writer killed after its first rows is still
+    noticed, and the read task decodes the rest itself."""
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ledger = _ledger(tmp_path, pid=writer.pid)
+        spool = ledger.plan(START, _end(), "fp")[0].with_suffix(".part")
+        first = pa.record_batch({"seq": pa.array([0, 1], pa.int64())})
+        sink = pa.OSFile(str(spool), "wb")
+        w = pa.ipc.new_stream(sink, first.schema)
+        w.write_batch(first)
+        sink.flush()
+        seen: list[int] = []
+        batches = read_spool(str(ledger.folder / f"{offset_key(START)}.json"), _decoded)
+        seen.extend(next(batches).column("seq").to_pylist())   # what was spooled
+        writer.kill()                                            # then the writer is gone
+        writer.wait()
+        seen.extend(_seqs(batches))
+        assert seen == list(range(9))
+    finally:
+        writer.kill()
+        writer.wait()

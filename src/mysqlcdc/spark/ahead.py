@@ -51,6 +51,14 @@ log = logging.getLogger(__name__)
 OPTION = "decodeAhead"      # the source option naming the ledger's folder
 DEPTH = 2                   # batches decoded ahead and not yet adopted by the query
 _POLL_S = 0.01
+# A read task following a spool waits for the decode-ahead most of a run. Each look costs
+# a wake-up (and, for the writer's liveness, a few file reads): looking every 5 ms cost a
+# tenth of a core on this project's 2-core bench machine, CPU the decode-ahead itself
+# needs. Waits start short and double up to _FOLLOW_MAX_S; liveness is looked at every
+# _ALIVE_EVERY_S (docs/BENCHMARKS.md, "Less CPU beside the decode").
+_FOLLOW_MIN_S = 0.001
+_FOLLOW_MAX_S = 0.02
+_ALIVE_EVERY_S = 0.25
 _START_WAIT_S = 30.0        # how long the query waits for a decode-ahead still starting
 
 
@@ -312,29 +320,57 @@ def _gone(path: Path) -> bool:
     return not state or not _alive(int(state["pid"]))
 
 
+class _Waiting:
+    """How a read task waits for the decode-ahead: pauses that start short and grow while
+    nothing comes, and the writer's liveness (``_gone``) looked at now and then."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pause = _FOLLOW_MIN_S
+        self.next_look = time.monotonic() + _ALIVE_EVERY_S
+
+    def came(self) -> None:
+        """Something came: the next wait starts short again."""
+        self.pause = _FOLLOW_MIN_S
+
+    def gone(self) -> bool:
+        """``_gone(path)``, looked at no more often than every ``_ALIVE_EVERY_S``."""
+        now = time.monotonic()
+        if now < self.next_look:
+            return False
+        self.next_look = now + _ALIVE_EVERY_S
+        return _gone(self.path)
+
+    def wait(self) -> None:
+        time.sleep(self.pause)
+        self.pause = min(self.pause * 2, _FOLLOW_MAX_S)
+
+
 def _open_spool(path: Path, index: int = 0):
     """Slice ``index``'s spool of entry ``path``, complete or being written (None: it
     never came)."""
     complete = spool_path(path, index)
+    waiting = _Waiting(path)
     while True:
         for name in (complete, complete.with_suffix(".part")):
             try:
                 return open(name, "rb", buffering=0)
             except FileNotFoundError:
                 pass
-        if _gone(path):
+        if waiting.gone():
             return None
-        time.sleep(_POLL_S)
+        waiting.wait()
 
 
 def _wait_complete(path: Path) -> None:
     """Until the batch of entry ``path`` was decoded in full, its record written (the
     query plans the next batch from that record)."""
     done = path.with_suffix(".done")
+    waiting = _Waiting(path)
     while not done.exists():
-        if _gone(path) and not done.exists():
+        if waiting.gone() and not done.exists():
             raise _Abandoned()
-        time.sleep(_POLL_S)
+        waiting.wait()
 
 
 class _Follow:
@@ -344,6 +380,7 @@ class _Follow:
     def __init__(self, raw, path: Path, complete: Path) -> None:
         self.raw, self.path, self.closed = raw, path, False
         self._complete = complete
+        self._waiting = _Waiting(path)
 
     def read(self, n: int = -1) -> bytes:
         parts, want = [], n
@@ -352,6 +389,7 @@ class _Follow:
             if chunk:
                 parts.append(chunk)
                 want = want - len(chunk) if want > 0 else want
+                self._waiting.came()
                 continue
             if self._complete.exists():
                 chunk = self.raw.read(want if want > 0 else 1 << 20)
@@ -360,9 +398,9 @@ class _Follow:
                 parts.append(chunk)
                 want = want - len(chunk) if want > 0 else want
                 continue
-            if _gone(self.path) and not self._complete.exists():
+            if self._waiting.gone() and not self._complete.exists():
                 raise _Abandoned()
-            time.sleep(_POLL_S / 2)
+            self._waiting.wait()
         return b"".join(parts)
 
     def readable(self) -> bool:

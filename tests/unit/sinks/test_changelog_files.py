@@ -196,3 +196,17 @@ def test_sink_log_deletes_entries_before_the_previous_compaction_after_the_delay
     assert not any(n in names for n in map(str, range(9)))  # the batches before it go
     log.add(20, _files(tmp_path, 20, 2))
     assert log.latest() == 20 and len(committed_files(tmp_path)) == 1   # one file, 2 rows
+
+
+def test_columns_that_never_repeat_are_written_without_a_dictionary(tmp_path):
+    rows = [("shop", "orders", i) for i in range(500)]
+    [f] = _write(tmp_path, [_batch(rows)])
+    meta = pq.ParquetFile(tmp_path / f["path"]).metadata.row_group(0)
+    encodings = {meta.column(i).path_in_schema: meta.column(i).encodings
+                 for i in range(meta.num_columns)}
+    for name in ("after", "key", "seq"):
+        assert "RLE_DICTIONARY" not in encodings[name], name
+    for name in ("op", "ts_ms"):
+        assert "RLE_DICTIONARY" in encodings[name], name
+    table = pq.read_table(tmp_path / f["path"])
+    assert table.column("after").to_pylist() == [r.as_py() for r in _batch(rows).column("after")]
