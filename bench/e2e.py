@@ -25,6 +25,9 @@ the headline; ``read_range`` and ``peer`` alone are decoder-only numbers.
     python bench/e2e.py --rows 200000 --reps 1 --tools read_range,changelog \\
         --set source.max_events_per_batch=200000 --conf spark.sql.maxConcurrentOutputFileWriters=0
     python bench/e2e.py --tools changelog --parallelism 2 --cluster 2   # standalone cluster
+
+``E2E_STDERR=FILE`` appends what each ``mysqlcdc run`` logged to FILE (with
+``MYSQLCDC_AHEAD_DEBUG=1``: the decode-ahead's batches and their slices).
 """
 
 from __future__ import annotations
@@ -118,6 +121,10 @@ def run_pipeline(args, server, workload: str, info: dict, kind: str, broker,
                 _rss(cpu, peak, _sample(proc.pid, cpu))
                 time.sleep(0.25)
             seconds = time.perf_counter() - started
+            if os.environ.get("E2E_STDERR"):       # keep what the run logged (debugging)
+                err.seek(0)
+                with open(os.environ["E2E_STDERR"], "a") as keep:
+                    keep.write(err.read())
             if proc.returncode != 0:
                 err.seek(0)
                 raise SystemExit(f"mysqlcdc run failed ({proc.returncode}):\n{err.read()[-4000:]}")
