@@ -277,10 +277,8 @@ def test_a_writer_that_dies_while_the_read_task_waits_is_noticed(tmp_path):
         ledger = _ledger(tmp_path, pid=writer.pid)
         spool = ledger.plan(START, _end(), "fp")[0].with_suffix(".part")
         first = pa.record_batch({"seq": pa.array([0, 1], pa.int64())})
-        sink = pa.OSFile(str(spool), "wb")
-        w = pa.ipc.new_stream(sink, first.schema)
-        w.write_batch(first)
-        sink.flush()
+        with pa.OSFile(str(spool), "wb") as sink:
+            pa.ipc.new_stream(sink, first.schema).write_batch(first)   # no end of stream
         seen: list[int] = []
         batches = read_spool(str(ledger.folder / f"{offset_key(START)}.json"), _decoded)
         seen.extend(next(batches).column("seq").to_pylist())   # what was spooled
