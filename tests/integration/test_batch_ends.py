@@ -234,3 +234,91 @@ def test_slices_read_what_one_task_reads(mariadb, fresh_db, source_options, tmp_
     reasons = [batchend.read_found(p).reason for p in records]
     assert "slice" in reasons                    # the batches were cut into slices
     assert all(n == batchend_lookahead() for _, _, n in scans)
+
+
+def test_exact_cuts_start_slices_where_the_server_counts(mariadb, fresh_db, source_options,
+                                                        tmp_path):
+    """The decode-ahead's exact cuts (``RangePlanner.exact_cuts``): each a transaction's
+    first event, with the batch's events before it counted by the server, never past a
+    DDL the bootstrap's walk saw. Slices that start their streams there, passing over
+    nothing, read what one task reads, end where it ends and make its record; a cut that
+    is not a transaction's first event is named."""
+    from dataclasses import replace
+
+    from mysqlcdc.capture.planner import WALKED
+    from mysqlcdc.errors import SourceChangedError
+
+    _tables(mariadb, fresh_db)
+    start = binlog_position(mariadb)
+    _workload(mariadb, fresh_db)
+    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.a VALUES ({i}, 'w{i}')" for i in range(100, 300)])
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.c (id INT PRIMARY KEY)")
+    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.c VALUES ({i})" for i in range(50)])
+    planner = _planner(source_options, tmp_path, "exact", start, fresh_db)
+    try:
+        planner.bootstrap_history(str(start))     # the walk a new pipeline runs ahead
+        walked = json.loads((tmp_path / "exact" / WALKED).read_text())
+        [ddl] = [type(start).parse(d) for d in walked["ddl"]]
+        offset, reasons, cut_batches, n_rows = {"file": start.file, "pos": start.pos}, [], 0, 0
+        while True:
+            end = planner.plan_end(offset, 900, planner.current())
+            if end == offset:
+                break
+            [task] = planner.plan_tasks(offset, end)
+            whole: list = []
+            rows = [r for b in read_range(task, whole) for r in b.to_pylist()]
+            a = planner.position_of(offset)
+            cuts = planner.exact_cuts(end, 3)
+            free = ddl if a <= ddl else type(start).parse(walked["end"])   # no DDL before
+            if end["upto"].get("known"):        # a DDL the planner applied ends no batch
+                free = max(free, type(start).parse(end["upto"]["known"]))
+            assert all(a < c < whole[0].end and c <= free and 0 < n < 900
+                       for c, n in cuts), (a, cuts, ddl, end)
+            for c, n in cuts:                       # the server counted as the stream does
+                assert _events_between(planner, a, c) == n
+            if cuts:
+                cut_batches += 1
+                edges = [(None, None), *cuts, (None, None)]
+                found: list = []
+                sliced = []
+                for i in range(len(edges) - 1):
+                    rule = replace(task.rule, cut_from=edges[i][0], cut_events=edges[i][1],
+                                   cut_to=edges[i + 1][0], record=str(tmp_path / f"s{i}.json"))
+                    sliced += [r for b in read_range(replace(task, rule=rule), found)
+                               for r in b.to_pylist()]
+                assert [f.start for f in found[1:]] == [c for c, _ in cuts]
+                assert _changes(sliced) == _changes(rows)
+                assert batchend.combine(task.start, found) == whole[0]
+            reasons.append(whole[0].reason)
+            n_rows += len(rows)
+            offset = end
+        assert n_rows == 30 + 40 + 10 + 200 + 1 + 50   # and the CREATE's schema change
+        assert "ddl" in reasons and cut_batches >= 2, reasons
+
+        cuts = planner.exact_cuts(planner.plan_end({"file": start.file, "pos": start.pos},
+                                                   900, planner.current()), 2)
+        [task] = planner.plan_tasks({"file": start.file, "pos": start.pos},
+                                    planner.plan_end({"file": start.file, "pos": start.pos},
+                                                     900, planner.current()))
+        listing = planner._sql().cursor()             # the TABLE_MAP after the cut
+        listing.execute(f"SHOW BINLOG EVENTS IN '{start.file}' FROM {cuts[0][0].pos} LIMIT 6")
+        inside = next(int(r[1]) for r in listing.fetchall() if r[2] == "Table_map")
+        wrong = replace(task.rule, cut_from=type(start).of(start.file, inside),
+                        cut_events=cuts[0][1] + 2, cut_to=None, record=None)
+        with pytest.raises(SourceChangedError, match="not a transaction's first event"):
+            list(read_range(replace(task, rule=wrong)))
+    finally:
+        planner.close()
+
+
+def _events_between(planner: RangePlanner, a, b) -> int:
+    """The events a replication stream hands out in ``[a, b)`` (artificial ones aside)."""
+    from mysqlcdc.protocol.stream import ReplicationStream
+
+    stream = ReplicationStream(planner.options.settings, server_id=planner.options.server_id + 77,
+                               start=a, stop_at=b)
+    try:
+        return sum(1 for raw in stream if not raw.artificial and
+                   (raw.file, raw.pos) < (b.file, b.pos))
+    finally:
+        stream.close()

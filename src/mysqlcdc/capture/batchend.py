@@ -82,6 +82,10 @@ class EndRule:
     # batch's start) to the first one at or after ``cut_to`` (None: the batch's end)
     cut_from: BinlogPosition | None = None
     cut_to: BinlogPosition | None = None
+    # set: ``cut_from`` is exactly where a transaction's GTID event begins, with this many
+    # events of the batch before it (``RangePlanner.exact_cuts``): the task starts its
+    # stream there instead of passing over the batch's events before its slice
+    cut_events: int | None = None
 
 
 @dataclass
@@ -285,7 +289,9 @@ def iter_until(raws: Iterable[RawEventLike], decoder: ChangeDecoder, start: Binl
     without decoding rows (counting them, checking TABLE_MAPs, looking for DDL)."""
     walk = _Walk(decoder, start, rule)
     events: Iterable[RawEventLike] = raws
-    if rule.cut_from is not None:
+    if rule.cut_from is not None and rule.cut_events is not None:
+        events = chain((walk.at_slice(raws),), raws)
+    elif rule.cut_from is not None:
         first = walk.to_slice(raws)
         if first is None:
             if out is not None:
@@ -329,6 +335,29 @@ class _Walk:
 
     def _key(self, file: str, pos: int) -> tuple[int, int]:
         return (_number(self.numbers, file), pos)
+
+    def at_slice(self, raws: Iterable[RawEventLike]) -> RawEventLike:
+        """A stream started at an exact cut (``rule.cut_events``): its first event after
+        the server's artificial ones must be a GTID event at ``cut_from``; the batch's
+        events before it are known by number, not passed over."""
+        rule, decoder = self.rule, self.decoder
+        for raw in raws:
+            data = raw.data
+            if data[4] == _FDE:
+                _birth(raw.file, data, rule.births, self.births)
+            if raw.artificial:
+                decoder.feed(raw)
+                continue
+            if (raw.file, raw.pos) != (rule.cut_from.file, rule.cut_from.pos) or \
+                    data[4] not in _GTID_STARTS:
+                raise SourceChangedError(
+                    f"the slice planned at {rule.cut_from} found event type {data[4]} at "
+                    f"{raw.file}:{raw.pos}, not a transaction's first event")
+            self.counted = decoder.events = rule.cut_events
+            self.boundary = (raw.file, raw.pos)
+            self.start = BinlogPosition(_number(self.numbers, raw.file), raw.pos, raw.file)
+            return raw
+        raise ConnectionLostError(f"binlog stream ended before the slice at {rule.cut_from}")
 
     def to_slice(self, raws: Iterable[RawEventLike]) -> RawEventLike | None:
         """Pass over the events before this task's slice: the first GTID event at or after

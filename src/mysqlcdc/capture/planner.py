@@ -32,8 +32,8 @@ from mysqlcdc.capture.server import (
 )
 from mysqlcdc.capture.skim import Skimmer
 from mysqlcdc.capture.task import RangeTask, read_range
-from mysqlcdc.protocol.connection import connect_sql
-from mysqlcdc.errors import BinlogPurgedError, SourceChangedError
+from mysqlcdc.protocol.connection import connect_sql, query
+from mysqlcdc.errors import BinlogPurgedError, MysqlcdcError, SourceChangedError
 from mysqlcdc.protocol import retry
 from mysqlcdc.protocol.stream import ReplicationStream
 from mysqlcdc.schema.history import Quarantine, SchemaHistory, SchemaView
@@ -56,6 +56,11 @@ _FDE = C.FORMAT_DESCRIPTION_EVENT
 # from there (a run of DDL, as a migration writes, then costs one batch, not one each)
 _LOOKAHEAD_EVENTS = 2000
 _SAMPLE_EVENTS = 20000           # events sampled for bytes per event before any batch
+# in the schema-history folder: the range the bootstrap's DDL walk read, and its DDL
+WALKED = "walked.json"
+_CUT_LOOKAHEAD = 256             # events looked at past an exact cut's event number
+# SHOW BINLOG EVENTS' name of the events that begin a transaction group (batchend)
+_GTID_EVENT_NAMES = frozenset({"Gtid", "Anonymous_Gtid", "Gtid_tagged"})
 
 
 @dataclass
@@ -93,6 +98,8 @@ class RangePlanner:
         self._known: dict[BinlogPosition, BinlogPosition] = {}  # batch start -> DDL known up to
         self._event_bytes = 200.0                                # bytes per event, as last read
         self._event_bytes_read = False                           # ... or a guess
+        self._no_exact_cuts = False      # the server refused SHOW BINLOG EVENTS once
+        self._walked: tuple | None = None                         # WALKED, once read
 
     # -- server facts -------------------------------------------------------
     def _sql(self):
@@ -227,7 +234,52 @@ class RangePlanner:
         """Bootstrap (or load) the schema history before planning from ``start``."""
         if self.keeper.catalog is None:
             current = current_position(self._sql())
-            self.keeper.ensure(start, current, self.ddl_scan)
+            self.keeper.ensure(start, current, self._walk_ddl_recorded)
+
+    def _walk_ddl_recorded(self, start: BinlogPosition, stop: BinlogPosition, observe) -> None:
+        """The bootstrap's DDL walk (``ddl_scan``), noting where its statements are: once
+        it has read all of ``[start, stop)`` that is written to the history folder
+        (``WALKED``), so that any process planning this pipeline knows the stretches of
+        that range without DDL (``exact_cuts``)."""
+        from mysqlcdc.binlog.events import QueryEvent
+        from mysqlcdc.schema.ddl import classify
+
+        ddl: list[str] = []
+
+        def noted(file: str, pos: int, events: list) -> None:
+            if any(isinstance(ev, QueryEvent) and classify(ev.query) != "ignore"
+                   for ev in events):
+                ddl.append(str(BinlogPosition.of(file, pos)))
+            observe(file, pos, events)
+
+        self.ddl_scan(start, stop, noted)
+        folder = self.options.schema_history
+        if folder:
+            _write_json(Path(folder) / WALKED, {
+                "start": str(start), "end": str(stop), "ddl": ddl,
+                "identity": source_identity(self._sql()).as_json()})
+
+    def _walked_bound(self, a: BinlogPosition) -> BinlogPosition | None:
+        """How far from ``a`` the bootstrap's walk saw no DDL (None: it did not walk
+        there, or left no record)."""
+        folder = self.options.schema_history
+        if self._walked is None:
+            record = _read_json(Path(folder) / WALKED) if folder else None
+            try:
+                self._walked = (BinlogPosition.parse(record["start"]),
+                                BinlogPosition.parse(record["end"]),
+                                sorted(BinlogPosition.parse(d) for d in record["ddl"]))
+                if SourceIdentity.from_json(record["identity"]).differs(
+                        source_identity(self._sql())):
+                    self._walked = ()          # another server's binlog (a failover)
+            except (TypeError, KeyError, ValueError):
+                self._walked = ()
+        if not self._walked:
+            return None
+        first, last, ddl = self._walked
+        if not first <= a < last:
+            return None
+        return next((d for d in ddl if d >= a), last)
 
     def bootstrap_history(self, spec: str) -> BinlogPosition:
         """Where the start ``spec`` is, with the schema history made ready there as the
@@ -370,6 +422,53 @@ class RangePlanner:
         if self._event_bytes < min_event_bytes:
             return []
         return self._cuts(a, cap, upto.get("events"), parts)
+
+    def exact_cuts(self, end: dict, parts: int) -> list[tuple[BinlogPosition, int]]:
+        """Where ``parts`` slices of the pending batch ending at ``end`` begin, exactly:
+        each a transaction's GTID event about ``events / parts`` events apart, with the
+        number of the batch's events before it, found by the server (``SHOW BINLOG
+        EVENTS ... LIMIT n, m``: it skips events in its own code, no byte of them crosses
+        the wire), so that a slice starts there instead of passing over the events before
+        it. Only cuts in the file the batch starts in, before its cap and its
+        ``events``, where no DDL before them can end the batch: before the first DDL the
+        bootstrap's walk saw from the batch's start (``WALKED``), or before ``known``.
+        None (``[]``) where there are none, or the server does not answer."""
+        upto = end["upto"]
+        events = upto.get("events")
+        if parts <= 1 or not events or self._no_exact_cuts or "'" in end["file"]:
+            return []
+        a = BinlogPosition.of(end["file"], int(end["pos"]))
+        cap = BinlogPosition.of(upto["file"], int(upto["pos"]))
+        free = [b for b in (self._walked_bound(a),
+                            BinlogPosition.parse(upto["known"]) if upto.get("known") else None)
+                if b is not None]
+        if not free:
+            return []
+        bound = min(cap, max(free))
+        count = int(events)
+        if self._event_bytes_read:          # the backlog's last batch holds fewer events
+            left = _bytes_between(list_binlogs(self._sql()), a, cap)
+            count = max(1, min(count, int(left / self._event_bytes)))
+        cuts: list[tuple[BinlogPosition, int]] = []
+        for i in range(1, parts):
+            skip = count * i // parts
+            try:
+                rows = query(self._sql(), f"SHOW BINLOG EVENTS IN '{a.file}' FROM {a.pos} "
+                                          f"LIMIT {skip}, {_CUT_LOOKAHEAD}")
+            except (MysqlcdcError, pymysql.err.Error, OSError) as exc:
+                log.info("no exact slice cuts (%s): slices pass over the events before them",
+                         exc)
+                self._no_exact_cuts = True
+                return []
+            found = next(((j, int(r[1])) for j, r in enumerate(rows)
+                          if str(r[2]) in _GTID_EVENT_NAMES), None)
+            if found is None:
+                break                     # the file ends, or one transaction spans them all
+            cut = BinlogPosition.of(a.file, found[1])
+            if cut >= bound or skip + found[0] >= int(events) or (cuts and cut <= cuts[-1][0]):
+                break
+            cuts.append((cut, skip + found[0]))
+        return cuts
 
     def _sample_event_bytes(self, start: BinlogPosition, cap: BinlogPosition,
                             events: int = _SAMPLE_EVENTS) -> float | None:
@@ -631,3 +730,22 @@ def _bytes_between(logs: list[tuple[str, int]], start: BinlogPosition,
         hi = stop.pos if name == stop.file else size
         total += max(hi - lo, 0)
     return total
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """``data`` written to ``path`` atomically; a folder that cannot be written is left be
+    (what it would hold is an optimisation)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("cannot write %s: %s", path, exc)
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

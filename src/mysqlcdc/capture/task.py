@@ -68,7 +68,9 @@ def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.Record
     parser = BinlogParser(tables=lookup, include=task.tables, file=task.start.file)
     decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query,
                             emit_rollbacks=task.emit_rollbacks)
-    stream = ReplicationStream(task.settings, server_id=task.server_id, start=task.start,
+    exact = task.rule is not None and task.rule.cut_events is not None
+    stream = ReplicationStream(task.settings, server_id=task.server_id,
+                               start=task.rule.cut_from if exact else task.start,
                                reconnect=task.retry,
                                stop_at=None if task.rule is None else task.rule.cap)
     report = None if task.status_path is None else _status_writer(task.status_path)

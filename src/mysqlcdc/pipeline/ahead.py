@@ -217,12 +217,16 @@ def _run(options: dict[str, str], ledger) -> str:
                     parts[0].task.rule is None:
                 return "a batch of more than one read task"
             task = parts[0].task
-            cuts = [] if slices == 1 else \
-                reader.planner.cuts_of(end, slices, SLICE_EVENT_BYTES)
+            # exact cuts (the server counts the events before each) cost a slice no walk
+            # over the batch before it, so they pay on events of any size; else cut by
+            # bytes, where the walk is cheap beside decoding (large events)
+            cuts = [] if slices == 1 else reader.planner.exact_cuts(end, slices) or \
+                [(c, None) for c in reader.planner.cuts_of(end, slices, SLICE_EVENT_BYTES)]
             if cuts and helpers is None:
                 helpers = _Helpers(slices - 1)
             spools = ledger.plan(start, end, fingerprint(task), len(cuts) + 1)
-            log.debug("planned %s in %d slices", spools[0].name, len(spools))
+            log.debug("planned %s in %d slices%s", spools[0].name, len(spools),
+                      " (exact cuts)" if cuts and cuts[0][1] is not None else "")
             try:
                 if cuts:
                     _decode_sliced(task, cuts, server_id, spools, ledger, helpers)
@@ -324,17 +328,19 @@ def _helper() -> int:
 def _decode_sliced(task, cuts, server_id: int, spools: list[Path], ledger, helpers) -> None:
     """``task`` decoded as ``len(cuts) + 1`` slices at once (this process the first, the
     helpers the others), each into its spool; their records made the one ``task`` writes.
-    Decoding a slice reads the events of the batch before it without decoding them, so the
-    slices yield, one after the other, exactly the batches ``task`` yields."""
+    ``cuts``: (position, events before it or None). A slice starts at an exact cut with
+    the events before it counted by the server; at another cut it reads the events of the
+    batch before it without decoding them. Either way the slices yield, one after the
+    other, exactly the batches ``task`` yields."""
     from dataclasses import replace
 
     from mysqlcdc.capture import batchend
 
-    edges = [None, *cuts, None]
+    edges = [(None, None), *cuts, (None, None)]
     records = [ledger.folder / f"{spools[0].stem}-{i}.found" for i in range(len(spools))]
     tasks = [replace(task, server_id=server_id + i,
-                     rule=replace(task.rule, cut_from=edges[i], cut_to=edges[i + 1],
-                                  record=str(records[i])))
+                     rule=replace(task.rule, cut_from=edges[i][0], cut_events=edges[i][1],
+                                  cut_to=edges[i + 1][0], record=str(records[i])))
              for i in range(len(spools))]
     waits = [helpers.submit(i, t, s, ledger.folder)
              for i, (t, s) in enumerate(zip(tasks[1:], spools[1:]))]
