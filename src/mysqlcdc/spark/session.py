@@ -77,6 +77,7 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
                                          settings.get(warmstart.JAVA_OPTIONS, ""))
         if options:
             settings[warmstart.JAVA_OPTIONS] = options
+    _light_numpy_converter()
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -93,6 +94,29 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
         bridge.setLevel(max(logging.INFO, logging.getLogger().getEffectiveLevel()))
     register(spark)
     return spark
+
+
+def _light_numpy_converter() -> None:
+    """pyspark's py4j converters for numpy values learn whether numpy is installed by
+    importing ``pyspark.testing.utils`` at the first call into the JVM that has an
+    argument, and that imports pandas and more (0.8 CPU s, in the middle of the JVM's
+    start). These ask the argument alone: a numpy value is only there if numpy is."""
+    from py4j import protocol
+    from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+
+    class _Array(NumpyArrayConverter):
+        def can_convert(self, obj) -> bool:
+            np = sys.modules.get("numpy")
+            return np is not None and isinstance(obj, np.ndarray) and obj.ndim == 1
+
+    class _Scalar(NumpyScalarConverter):
+        def can_convert(self, obj) -> bool:
+            np = sys.modules.get("numpy")
+            return np is not None and isinstance(obj, np.generic)
+
+    light = {NumpyArrayConverter: _Array, NumpyScalarConverter: _Scalar}
+    converters = protocol.INPUT_CONVERTER
+    converters[:] = [light[type(c)]() if type(c) in light else c for c in converters]
 
 
 # Loggers that print a failed query's or task's whole Java and Python stack to stderr.
