@@ -6,10 +6,13 @@ one batch, this process plans the next batches with the source's own planner and
 them with the read task's own code into spool files (``spark.ahead``); the query adopts
 them. Decoding and writing then overlap on two cores instead of taking turns in one
 read task, and the first seconds of a run are no longer spent waiting for the JVM.
-Where a batch's events are large (wide rows) and there are two cores, it decodes each
-batch in two slices at once, the second in a helper process: a slice passes over the
-batch's events before it without decoding them, so the slices, read one after the
-other, hold exactly the rows of the one read task the query planned.
+Where there are two cores it decodes each batch in two slices at once, the second in a
+helper process; the slices, read one after the other, hold exactly the rows of the one
+read task the query planned. A slice starts at an exact cut: a transaction the server
+found about half way into the batch, with the number of events before it
+(``RangePlanner.exact_cuts``); where there is none, and the batch's events are large
+(wide rows), at a cut by bytes, passing over the batch's events before it without
+decoding them.
 
 It runs as ``python -m mysqlcdc.pipeline.ahead`` with the source's options on its
 standard input (they hold the password), and stops by itself: when the backlog is read
@@ -39,11 +42,12 @@ log = logging.getLogger(__name__)
 __all__ = ["DecodeAhead", "main", "plan_ahead"]
 
 ENV_SWITCH = "MYSQLCDC_DECODE_AHEAD"
-# A batch is decoded in slices at once only when its events average this many bytes: a
-# slice passes over the events before it one by one, and the rows' conversion is what
-# slicing spreads. Measured on two cores (docs/BENCHMARKS.md, "Decoding in slices"): wide
-# rows (386 bytes per event) reached the changelog 1.10x sooner in two slices; narrow
-# ones (77 bytes per event) were no faster and cost 1.2x the CPU.
+# Without exact cuts a batch is decoded in slices at once only when its events average
+# this many bytes: such a slice passes over the events before it one by one, and the
+# rows' conversion is what slicing spreads. Measured on two cores (docs/BENCHMARKS.md,
+# "Decoding in slices"): wide rows (386 bytes per event) reached the changelog 1.10x
+# sooner in two slices; narrow ones (77 bytes per event) were no faster and cost 1.2x
+# the CPU. Exact cuts have no such walk and are taken for events of any size.
 SLICE_EVENT_BYTES = 200
 START = "aheadStart"          # the process's input: a resumed query's start offset
 FOLDER = "ahead"              # inside the sink's schema-history folder
