@@ -322,3 +322,43 @@ def _events_between(planner: RangePlanner, a, b) -> int:
                    (raw.file, raw.pos) < (b.file, b.pos))
     finally:
         stream.close()
+
+
+@pytest.mark.parametrize("parallelism", [2, 3])
+def test_parallel_read_tasks_start_at_exact_cuts(mariadb, fresh_db, source_options, tmp_path,
+                                                 parallelism):
+    """With ``parallelism`` above 1 and the bootstrap's walk on record, the query's own
+    slices are exact cuts too: the end offsets carry the events before each cut, each
+    read task streams only its slice, and the batches, rows and records are those of one
+    read task, across a DDL."""
+    _tables(mariadb, fresh_db)
+    start = binlog_position(mariadb)
+    _workload(mariadb, fresh_db)
+    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.a VALUES ({i}, 'w{i}')" for i in range(100, 300)])
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.c (id INT PRIMARY KEY)")
+    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.c VALUES ({i})" for i in range(200)])
+    one = _planner(source_options, tmp_path, "one", start, fresh_db)
+    many = _planner(source_options, tmp_path, "many", start, fresh_db,
+                    parallelism=parallelism, minSliceBytes=300)
+    offsets = []
+    planned = many.plan_end
+
+    def recorded(*args, **kwargs):
+        offsets.append(planned(*args, **kwargs))
+        return offsets[-1]
+    many.plan_end = recorded
+    one_found: list = []
+    many_found: list = []
+    try:
+        one.bootstrap_history(str(start))
+        many.bootstrap_history(str(start))
+        ends, rows, _ = _drive(one, start, 700, found=one_found)
+        sliced, sliced_rows, _ = _drive(many, start, 700, found=many_found)
+    finally:
+        one.close()
+        many.close()
+    exact = [o for o in offsets if batchend.pending(o) and o["upto"].get("counts")]
+    assert len(exact) >= 2, offsets
+    assert all(len(o["upto"]["counts"]) == len(o["upto"]["cuts"]) for o in exact)
+    assert sliced == ends and many_found == one_found
+    assert _changes(sliced_rows) == _changes(rows) and len(rows) == 30 + 40 + 10 + 200 + 1 + 200

@@ -231,6 +231,7 @@ def task_rules(offset: dict, folder: str | os.PathLike | None,
     known = upto.get("known")
     cuts = cuts_of(offset)
     edges = [None, *cuts, None]
+    counts = [None, *upto["counts"]] if upto.get("counts") else [None] * (len(cuts) + 1)
     rules = []
     for i in range(len(cuts) + 1):
         record = None if folder is None else \
@@ -239,18 +240,23 @@ def task_rules(offset: dict, folder: str | os.PathLike | None,
                              events=upto.get("events"),
                              known=BinlogPosition.parse(known) if known else None,
                              record=record, births=dict(births),
-                             cut_from=edges[i], cut_to=edges[i + 1]))
+                             cut_from=edges[i], cut_to=edges[i + 1],
+                             cut_events=counts[i]))
     return rules
 
 
 def end_offset(start: BinlogPosition, cap: BinlogPosition, events: int | None,
-               known: BinlogPosition | None, cuts: list[BinlogPosition] = ()) -> dict:
-    """The pending end offset of a batch from ``start`` (stable key order)."""
+               known: BinlogPosition | None, cuts: list[BinlogPosition] = (),
+               counts: list[int] | None = None) -> dict:
+    """The pending end offset of a batch from ``start`` (stable key order). ``counts``:
+    the cuts are exact (``EndRule.cut_events``), with these numbers of events before them."""
     upto: dict = {"file": cap.file, "pos": cap.pos, "events": events}
     if known is not None and known > start:
         upto["known"] = str(known)
     if cuts:
         upto["cuts"] = [str(c) for c in cuts]
+        if counts:
+            upto["counts"] = [int(n) for n in counts]
     return {"file": start.file, "pos": start.pos, "upto": upto}
 
 

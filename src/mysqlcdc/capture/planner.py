@@ -389,7 +389,12 @@ class RangePlanner:
         if trust is not None:
             until = self._trust_position(trust)
             known = until if known is None or until > known else known
-        return batchend.end_offset(a, cap, max_events, known, self._cuts(a, cap, max_events))
+        cuts, counts = self._cuts(a, cap, max_events), None
+        if cuts:              # parallelism > 1: the slices start where the server counted
+            exact = self._exact_cuts(a, cap, max_events, known, len(cuts) + 1)
+            if exact:
+                cuts, counts = [c for c, _ in exact], [n for _, n in exact]
+        return batchend.end_offset(a, cap, max_events, known, cuts, counts)
 
     def _cuts(self, start: BinlogPosition, cap: BinlogPosition, max_events: int | None,
               parts: int | None = None) -> list[BinlogPosition]:
@@ -434,14 +439,19 @@ class RangePlanner:
         bootstrap's walk saw from the batch's start (``WALKED``), or before ``known``.
         None (``[]``) where there are none, or the server does not answer."""
         upto = end["upto"]
-        events = upto.get("events")
-        if parts <= 1 or not events or self._no_exact_cuts or "'" in end["file"]:
+        return self._exact_cuts(
+            BinlogPosition.of(end["file"], int(end["pos"])),
+            BinlogPosition.of(upto["file"], int(upto["pos"])), upto.get("events"),
+            BinlogPosition.parse(upto["known"]) if upto.get("known") else None, parts)
+
+    def _exact_cuts(self, a: BinlogPosition, cap: BinlogPosition, events: int | None,
+                    known: BinlogPosition | None, parts: int
+                    ) -> list[tuple[BinlogPosition, int]]:
+        """``exact_cuts`` of the batch from ``a`` with the rule ``cap``, ``events``,
+        ``known``."""
+        if parts <= 1 or not events or self._no_exact_cuts or "'" in a.file:
             return []
-        a = BinlogPosition.of(end["file"], int(end["pos"]))
-        cap = BinlogPosition.of(upto["file"], int(upto["pos"]))
-        free = [b for b in (self._walked_bound(a),
-                            BinlogPosition.parse(upto["known"]) if upto.get("known") else None)
-                if b is not None]
+        free = [b for b in (self._walked_bound(a), known) if b is not None]
         if not free:
             return []
         bound = min(cap, max(free))
@@ -514,7 +524,8 @@ class RangePlanner:
                     "executors share?); reading the range on the driver to find it", start,
                     self.options.schema_history)
         view = self.history.view(self.options.tables, batch_start=start)
-        whole = {**offset, "upto": {k: v for k, v in offset["upto"].items() if k != "cuts"}}
+        whole = {**offset, "upto": {k: v for k, v in offset["upto"].items()
+                                    if k not in ("cuts", "counts")}}
         [rule] = batchend.task_rules(whole, None, self._births())
         task = replace(self._task(0, start, rule.cap, view), rule=rule)
         found: list = []
