@@ -248,12 +248,7 @@ def test_exact_cuts_start_slices_where_the_server_counts(mariadb, fresh_db, sour
     from mysqlcdc.capture.planner import WALKED
     from mysqlcdc.errors import SourceChangedError
 
-    _tables(mariadb, fresh_db)
-    start = binlog_position(mariadb)
-    _workload(mariadb, fresh_db)
-    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.a VALUES ({i}, 'w{i}')" for i in range(100, 300)])
-    mariadb.sql(f"CREATE TABLE `{fresh_db}`.c (id INT PRIMARY KEY)")
-    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.c VALUES ({i})" for i in range(50)])
+    start = _workload_across_a_create(mariadb, fresh_db, 50)
     planner = _planner(source_options, tmp_path, "exact", start, fresh_db)
     try:
         planner.bootstrap_history(str(start))     # the walk a new pipeline runs ahead
@@ -311,6 +306,18 @@ def test_exact_cuts_start_slices_where_the_server_counts(mariadb, fresh_db, sour
         planner.close()
 
 
+def _workload_across_a_create(mariadb, db: str, rows_after: int):
+    """Two tables, then from the returned start: the workload, 200 inserts, a CREATE
+    TABLE (a DDL the bootstrap's walk records) and ``rows_after`` inserts into it."""
+    _tables(mariadb, db)
+    start = binlog_position(mariadb)
+    _workload(mariadb, db)
+    mariadb.sql(*[f"INSERT INTO `{db}`.a VALUES ({i}, 'w{i}')" for i in range(100, 300)])
+    mariadb.sql(f"CREATE TABLE `{db}`.c (id INT PRIMARY KEY)")
+    mariadb.sql(*[f"INSERT INTO `{db}`.c VALUES ({i})" for i in range(rows_after)])
+    return start
+
+
 def _events_between(planner: RangePlanner, a, b) -> int:
     """The events a replication stream hands out in ``[a, b)`` (artificial ones aside)."""
     from mysqlcdc.protocol.stream import ReplicationStream
@@ -331,12 +338,7 @@ def test_parallel_read_tasks_start_at_exact_cuts(mariadb, fresh_db, source_optio
     slices are exact cuts too: the end offsets carry the events before each cut, each
     read task streams only its slice, and the batches, rows and records are those of one
     read task, across a DDL."""
-    _tables(mariadb, fresh_db)
-    start = binlog_position(mariadb)
-    _workload(mariadb, fresh_db)
-    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.a VALUES ({i}, 'w{i}')" for i in range(100, 300)])
-    mariadb.sql(f"CREATE TABLE `{fresh_db}`.c (id INT PRIMARY KEY)")
-    mariadb.sql(*[f"INSERT INTO `{fresh_db}`.c VALUES ({i})" for i in range(200)])
+    start = _workload_across_a_create(mariadb, fresh_db, 200)
     one = _planner(source_options, tmp_path, "one", start, fresh_db)
     many = _planner(source_options, tmp_path, "many", start, fresh_db,
                     parallelism=parallelism, minSliceBytes=300)

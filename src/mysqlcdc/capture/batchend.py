@@ -342,6 +342,17 @@ class _Walk:
     def _key(self, file: str, pos: int) -> tuple[int, int]:
         return (_number(self.numbers, file), pos)
 
+    def _moved(self, raw: RawEventLike) -> bool:
+        """An event's bookkeeping before any other look at it: a FORMAT_DESCRIPTION's
+        birth time; an artificial event fed to the decoder (True: nothing more to do).
+        ``decode`` does the same inline, per event of its hot loop."""
+        if raw.data[4] == _FDE:
+            _birth(raw.file, raw.data, self.rule.births, self.births)
+        if raw.artificial:
+            self.decoder.feed(raw)
+            return True
+        return False
+
     def at_slice(self, raws: Iterable[RawEventLike]) -> RawEventLike:
         """A stream started at an exact cut (``rule.cut_events``): its first event after
         the server's artificial ones must be a GTID event at ``cut_from``; the batch's
@@ -349,10 +360,7 @@ class _Walk:
         rule, decoder = self.rule, self.decoder
         for raw in raws:
             data = raw.data
-            if data[4] == _FDE:
-                _birth(raw.file, data, rule.births, self.births)
-            if raw.artificial:
-                decoder.feed(raw)
+            if self._moved(raw):
                 continue
             if (raw.file, raw.pos) != (rule.cut_from.file, rule.cut_from.pos) or \
                     data[4] not in _GTID_STARTS:
@@ -379,10 +387,7 @@ class _Walk:
             for raw in events:
                 data = raw.data
                 code = data[4]
-                if code == _FDE:
-                    _birth(raw.file, data, self.rule.births, self.births)
-                if raw.artificial:
-                    decoder.feed(raw)
+                if self._moved(raw):
                     continue
                 here = self._key(raw.file, raw.pos)
                 if here >= self.cap_key:
@@ -421,7 +426,7 @@ class _Walk:
         file, limit, sliced = None, _NEVER, _NEVER
         for raw in raws:
             data = raw.data
-            if data[4] == _FDE:
+            if data[4] == _FDE:                   # as _moved, inline
                 _birth(raw.file, data, rule.births, self.births)
             if raw.artificial:
                 decoder.feed(raw)
