@@ -174,6 +174,27 @@ def test_server_id_of_a_connected_reader(own):
             preflight(settings_for(own), server_id=range(75, 81), start=start)
 
 
+def test_a_closed_reader_frees_its_server_id_within_a_few_heartbeats(own):
+    """A dump thread learns that its reader is gone only when it next writes: the
+    stream's heartbeat period bounds how long a stopped pipeline's id stays taken, and
+    so how long its next start waits in the preflight."""
+    start = BinlogPosition.of(*own.sql("SHOW MASTER STATUS")[0][:2])
+    stream = ReplicationStream(settings_for(own), server_id=79, start=start)
+    next(iter(stream))   # registered, and waiting at the binlog's end
+    with pytest.raises(ServerIdInUseError):
+        preflight(settings_for(own), server_id=79, start=start)
+    stream.close()
+    closed, freed = time.monotonic(), None
+    while freed is None and time.monotonic() - closed < 30:
+        try:
+            preflight(settings_for(own), server_id=79, start=start)
+            freed = time.monotonic() - closed
+        except ServerIdInUseError:
+            time.sleep(0.1)
+    # a second's heartbeat: free after one or two of them, where 5 s took 5 to 10 s
+    assert freed is not None and freed < 6, freed
+
+
 def test_row_image_other_than_full_is_a_warning_not_an_error(own):
     own.sql("SET GLOBAL binlog_row_image = 'MINIMAL'")
     try:

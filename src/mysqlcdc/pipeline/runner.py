@@ -264,9 +264,10 @@ def resume_position(cfg: PipelineConfig) -> BinlogPosition | None:
 def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> None:
     """Preflight, tolerating our own previous run's registration for a while.
 
-    After a crash (SIGKILL, power loss) the server keeps the dead reader's
-    registration until its dump thread next writes (a heartbeat, every 5 s),
-    so the server id looks taken for a few seconds. A live reader keeps it.
+    After a stop, clean or not (SIGKILL, power loss), the server keeps a reader's
+    registration until its dump thread next writes (a heartbeat, every second,
+    see :class:`~mysqlcdc.protocol.stream.ReplicationStream`), so the server id
+    looks taken for a second or two. A live reader keeps it.
     """
     from mysqlcdc.protocol import retry
 
@@ -299,7 +300,7 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
                 raise
             log.info("server_id %s still registered; waiting for a stale registration to clear",
                      cfg.source.server_id)
-            time.sleep(1.0)
+            time.sleep(0.25)
 
 
 def _load(spark, cfg: PipelineConfig, index: int, options: dict, history: str | None,

@@ -103,11 +103,17 @@ class ReplicationStream:
     ``server_id`` 0 is a reader of a bounded range that the server never waits for
     (it ends the dump at the end of its binlog): such readers do not displace each
     other, so any number of them may run at once (snapshot chunks' windows).
+    ``heartbeat_seconds``: the period the server's dump thread sends heartbeats at while
+    it has no event to send. Three missed ones count as a drop. It is also how long the
+    server keeps a closed reader registered: a dump thread learns that its reader is
+    gone only when it next writes, so until then its ``server_id`` still shows in ``SHOW
+    SLAVE HOSTS`` and a new reader with that id waits (the pipeline's preflight). At
+    1 s a pipeline that stopped can start again at once.
     Not thread-safe; ``close()`` is idempotent.
     """
 
     def __init__(self, settings: ConnectionSettings, *, server_id: int, start: BinlogPosition,
-                 heartbeat_seconds: float = 5.0, reconnect: RetryPolicy | None = RetryPolicy(),
+                 heartbeat_seconds: float = 1.0, reconnect: RetryPolicy | None = RetryPolicy(),
                  stop_at: BinlogPosition | None = None) -> None:
         if not 0 <= server_id < 2**32 or (server_id == 0 and stop_at is None):
             raise ConfigError(f"server_id must be between 1 and 4294967295, got {server_id}")
