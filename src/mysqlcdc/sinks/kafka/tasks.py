@@ -18,12 +18,13 @@ spreads them over write tasks by key, orders each task's by ``seq`` and publishe
 as the stream writer does. A pipeline at ``parallelism: 1`` meets that case only for
 backfills running beside the stream.
 
-A task that publishes itself hands each record batch to a publishing thread of its own
-(:class:`_Publisher`) and decodes the next one meanwhile: waiting for the broker's
-acknowledgements and Arrow's encoding release the GIL, so they overlap the decoding. The
-thread publishes the batches in order, one at a time, each acknowledged before the next
-(nothing changes for order or retries); at most one batch waits for it, and its error
-fails the task.
+A task that publishes itself encodes each record batch's messages and hands them to a
+publishing thread of its own (:class:`_Publisher`), then takes and encodes the next
+batch meanwhile: waiting for the broker's acknowledgements releases the GIL, so the wait
+overlaps the next batch's encoding (and its decoding, where the task decodes). The
+thread sends the batches in order, one at a time, each acknowledged before the next is
+sent (nothing changes for order or retries); at most one encoded batch waits for it, and
+its error fails the task.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import pyarrow as pa
 
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
 from mysqlcdc.sinks.kafka.publish import (
-    encode_messages, publish_batch, send_messages, split_schema_changes, transaction_tally,
+    encode_messages, send_messages, split_schema_changes, transaction_tally,
 )
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.txnorder import Numbering
@@ -94,7 +95,12 @@ class TaskPublisher:
                     batch = numbering.add(batch)
                 done.rows += batch.num_rows
                 if publisher is not None:
-                    publisher.put(batch)
+                    changes, schema = split_schema_changes(settings, batch)
+                    if changes.num_rows:
+                        messages, encode = encode_messages(settings, changes, encode)
+                        publisher.put(messages)
+                    tallies.append(transaction_tally(settings, changes))
+                    schema_rows += schema
                     continue
                 messages, tally, schema, encode = self._encoded(batch, encode)
                 done.deferred += messages.num_rows
@@ -103,7 +109,7 @@ class TaskPublisher:
                 tallies.append(tally)
                 schema_rows += schema
             if publisher is not None:
-                tallies, schema_rows = publisher.finish()
+                publisher.finish()
         finally:
             if publisher is not None:
                 publisher.stop()
@@ -141,31 +147,26 @@ def send_sorted(settings: KafkaSettings, batches: Iterator[pa.RecordBatch]
 
 
 class _Publisher:
-    """The thread that publishes a task's record batches in the order given (see the
-    module docstring); ``finish`` returns their transaction tallies and schema changes."""
+    """The thread that sends a task's encoded batches (see :func:`encode_messages`) in the
+    order given, each acknowledged before the next (see the module docstring)."""
 
     _END = object()
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
         self.waiting: queue.Queue = queue.Queue(maxsize=1)
-        self.tallies: list[dict[str, TxnTally]] = []
-        self.schema_rows: list[dict] = []
         self.error: BaseException | None = None
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="kafka-publish", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        encode = None
         try:
             while True:
-                batch = self.waiting.get()
-                if batch is self._END or self.stopping:
+                messages = self.waiting.get()
+                if messages is self._END or self.stopping:
                     return
-                tally, schema, encode = publish_batch(self.settings, batch, encode)
-                self.tallies.append(tally)
-                self.schema_rows += schema
+                send_messages(self.settings, *messages)
         except BaseException as err:   # noqa: BLE001 - raised again in the task's thread
             self.error = err
 
@@ -183,13 +184,12 @@ class _Publisher:
             except queue.Full:
                 continue
 
-    def finish(self) -> tuple[list[dict[str, TxnTally]], list[dict]]:
-        """Wait until every batch handed on is published (or raise its error)."""
+    def finish(self) -> None:
+        """Wait until every batch handed on is acknowledged (or raise its error)."""
         self.put(self._END)
         self.thread.join()
         if self.error is not None:
             raise self.error
-        return self.tallies, self.schema_rows
 
     def stop(self) -> None:
         """The task ends (normally, or failing or cancelled): no batch is started after."""
