@@ -62,6 +62,9 @@ _PACKET_HEAD_SIZE = 4 + 1 + HEADER_SIZE
 _U32 = struct.Struct("<I").unpack_from
 _POSITION_EVENTS = frozenset((ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, HEARTBEAT_LOG_EVENT))
 _NO_STOP = 1 << 64
+# Seconds without any packet from the dump thread (events or heartbeats) that count as a
+# dropped connection, whatever the heartbeat period below this.
+SILENT_DROP_SECONDS = 15.0
 COM_BINLOG_DUMP = 0x12
 COM_REGISTER_SLAVE = 0x15
 MARIADB_SLAVE_CAPABILITY_GTID = 4  # GTID events and annotate-rows events, not rewritten
@@ -104,7 +107,9 @@ class ReplicationStream:
     (it ends the dump at the end of its binlog): such readers do not displace each
     other, so any number of them may run at once (snapshot chunks' windows).
     ``heartbeat_seconds``: the period the server's dump thread sends heartbeats at while
-    it has no event to send. Three missed ones count as a drop. It is also how long the
+    it has no event to send. A drop is :data:`SILENT_DROP_SECONDS` without any packet (or
+    three missed heartbeats, where they are slower): a busy server may miss a few
+    one-second heartbeats without being gone. The period is also how long the
     server keeps a closed reader registered: a dump thread learns that its reader is
     gone only when it next writes, so until then its ``server_id`` still shows in ``SHOW
     SLAVE HOSTS`` and a new reader with that id waits (the pipeline's preflight). At
@@ -152,7 +157,8 @@ class ReplicationStream:
         """Seconds without any packet (heartbeats included) that count as a drop."""
         if self.heartbeat_seconds == 0:
             return self.settings.read_timeout
-        return max(self.settings.read_timeout or 0.0, 3 * self.heartbeat_seconds, 1.0)
+        return max(self.settings.read_timeout or 0.0, 3 * self.heartbeat_seconds,
+                   SILENT_DROP_SECONDS)
 
     def __iter__(self) -> Iterator[RawEvent]:
         outage = None if self.reconnect is None else Outage(
