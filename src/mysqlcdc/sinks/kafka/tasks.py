@@ -94,20 +94,17 @@ class TaskPublisher:
                 if numbering is not None:
                     batch = numbering.add(batch)
                 done.rows += batch.num_rows
-                if publisher is not None:
-                    changes, schema = split_schema_changes(settings, batch)
-                    if changes.num_rows:
-                        messages, encode = encode_messages(settings, changes, encode)
-                        publisher.put(messages)
-                    tallies.append(transaction_tally(settings, changes))
-                    schema_rows += schema
-                    continue
-                messages, tally, schema, encode = self._encoded(batch, encode)
-                done.deferred += messages.num_rows
-                if messages.num_rows:
-                    yield messages
-                tallies.append(tally)
+                changes, schema = split_schema_changes(settings, batch)
+                tallies.append(transaction_tally(settings, changes))
                 schema_rows += schema
+                if not changes.num_rows:
+                    continue
+                messages, encode = encode_messages(settings, changes, encode)
+                if publisher is not None:
+                    publisher.put(messages)
+                else:
+                    done.deferred += changes.num_rows
+                    yield _as_rows(messages, changes)
             if publisher is not None:
                 publisher.finish()
         finally:
@@ -118,17 +115,14 @@ class TaskPublisher:
             {**{name: [None] for name in TASK_SCHEMA.names}, "summary": [pickle.dumps(done)]},
             schema=TASK_SCHEMA)
 
-    def _encoded(self, batch: pa.RecordBatch, encode):
-        """``batch``'s messages as rows for the write tasks, its tally, schema changes and
-        the encoder used."""
-        changes, schema_rows = split_schema_changes(self.settings, batch)
-        (topics, keys, values, headers, tombstones), encode = encode_messages(
-            self.settings, changes, encode)
-        out = pa.RecordBatch.from_pydict({
-            "topic": topics, "key": keys, "value": values,
-            "headers": [pickle.dumps(h) for h in headers], "seq": changes.column("seq"),
-            "tombstone": tombstones, "summary": [None] * changes.num_rows}, schema=TASK_SCHEMA)
-        return out, transaction_tally(self.settings, changes), schema_rows, encode
+
+def _as_rows(messages: tuple, changes: pa.RecordBatch) -> pa.RecordBatch:
+    """Encoded messages of ``changes`` as rows for the sink's write tasks."""
+    topics, keys, values, headers, tombstones = messages
+    return pa.RecordBatch.from_pydict({
+        "topic": topics, "key": keys, "value": values,
+        "headers": [pickle.dumps(h) for h in headers], "seq": changes.column("seq"),
+        "tombstone": tombstones, "summary": [None] * changes.num_rows}, schema=TASK_SCHEMA)
 
 
 def send_sorted(settings: KafkaSettings, batches: Iterator[pa.RecordBatch]
