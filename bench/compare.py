@@ -61,7 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from server import OUT_DIR, REPO_ROOT, BenchServer  # noqa: E402
+from server import OUT_DIR, REPO_ROOT, BenchServer, compile_bytecode  # noqa: E402
 from workload import DEFAULT_ROWS, DEFAULT_SEED, SMALL_ROWS, ensure_workload  # noqa: E402
 
 PEER = "python-mysql-replication"
@@ -316,6 +316,7 @@ def mysqlcdc_source(args: argparse.Namespace) -> dict:
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     args.src_dir = dest / "src"
+    compile_bytecode(args.src_dir)
     return {"source": "git archive", "commit": sha, "path": str(args.src_dir.relative_to(REPO_ROOT))}
 
 

@@ -27,7 +27,27 @@ for _path in (str(REPO_ROOT), str(REPO_ROOT / "src")):
 
 from tests.support.mariadb import MariaDB  # noqa: E402
 
-__all__ = ["BenchServer", "BENCH_OPTIONS", "DATA_ROOT", "OUT_DIR", "REPO_ROOT", "data_dir_for"]
+__all__ = ["BenchServer", "BENCH_OPTIONS", "DATA_ROOT", "OUT_DIR", "REPO_ROOT", "compile_bytecode",
+           "data_dir_for"]
+
+
+def compile_bytecode(src: Path) -> None:
+    """Write the bytecode of the ``mysqlcdc`` package under ``src``, as installing it does.
+
+    A run of mysqlcdc is some eight Python processes (the driver, the decode-ahead and
+    its helper, Spark's planner and read-task workers), and each imports the package.
+    Python normally keeps each module's bytecode after its first import, but not where
+    ``PYTHONDONTWRITEBYTECODE`` is set (as it is on some CI and agent machines): there
+    every process compiled the package again, 0.1-0.3 CPU s each, a cost no installed
+    copy pays. Compiled here once, every process reads the bytecode (that variable only
+    stops writing it); a module edited later is compiled again when it is imported.
+    """
+    import compileall
+
+    compileall.compile_dir(str(src / "mysqlcdc"), quiet=2)
+
+
+compile_bytecode(REPO_ROOT / "src")
 
 # Throughput over durability: the server exists only to write binlogs.
 # binlog_row_metadata is deliberately left at MariaDB's default (NO_LOG), so
