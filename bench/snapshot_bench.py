@@ -12,7 +12,8 @@ rotates from round to round, one process per tool:
                sink, ``trigger(availableNow=True)``;
 * ``changelog`` the same into the Parquet changelog sink on a local path, as ``mysqlcdc run``
                writes it: the read tasks write the part files (DESIGN.md decision 20) and
-               the query's ``foreachBatch`` commits them;
+               the query's ``foreachBatch`` commits them, in a JVM with the compilers
+               ``mysqlcdc run`` gives it (C1 alone: decision 22);
 * ``filesink`` (only when named in ``--tools``) the same through Spark's own Parquet file
                sink, the changelog's writer for a path that is not local (``s3a://``):
                every row through the JVM (what ``changelog`` measured before stop 28).
@@ -265,8 +266,12 @@ def worker_spark(port: int, table: str, tool: str, server_id: int) -> dict:
     with the CPU seconds of every process of the session."""
     from mysqlcdc.spark import build_session
 
+    # the JVM's compilers `mysqlcdc run` picks for such a sink (pipeline.runner.jit_mode):
+    # C1 alone where no row reaches the JVM (the changelog on a local path), else both
+    jit = "quick" if tool == "changelog" else "full"
     spark = build_session("local[2]", f"snapbench-{tool}", {"spark.sql.shuffle.partitions": "2",
-                                                             "spark.ui.enabled": "false"})
+                                                             "spark.ui.enabled": "false"},
+                          jit=jit)
     runs = {}
     for run, sid in (("cold", server_id), ("warm", server_id + 5)):
         meter, stop = CpuMeter(os.getpid()), threading.Event()
