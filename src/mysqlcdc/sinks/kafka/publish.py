@@ -37,8 +37,8 @@ from mysqlcdc.sinks.kafka.topics import TopicRouter, ensure_topics, forget_topic
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["publish_batch", "publish_commit", "row_encoder", "HistoryDefinitions",
-           "batch_messages", "encode_messages", "send_messages", "split_schema_changes",
-           "transaction_tally"]
+           "batch_messages", "encode_batch", "encode_messages", "send_messages",
+           "split_schema_changes", "transaction_tally"]
 
 Encode = Callable[[dict], tuple[bytes | None, bytes, list]]
 
@@ -129,6 +129,18 @@ def transaction_tally(settings: KafkaSettings, changes: pa.RecordBatch) -> dict[
         ["op", "txn_id", "seq", "ts_ms", "db", "table"]).to_pylist())
 
 
+def encode_batch(settings: KafkaSettings, batch: pa.RecordBatch, encode: Encode | None = None):
+    """One record batch made ready to send: (its row changes' messages, None when it holds
+    none; the row changes; their transaction tally; the schema-change records left for
+    the commit step; the encoder used, see :func:`encode_messages`)."""
+    changes, schema_rows = split_schema_changes(settings, batch)
+    tally = transaction_tally(settings, changes)
+    if not changes.num_rows:
+        return None, changes, tally, schema_rows, encode
+    messages, encode = encode_messages(settings, changes, encode)
+    return messages, changes, tally, schema_rows, encode
+
+
 def publish_batch(settings: KafkaSettings, batch: pa.RecordBatch, encode: Encode | None = None
                   ) -> tuple[dict[str, TxnTally], list[dict], Encode | None]:
     """Deliver one record batch's row changes (in seq order) or raise; returns their
@@ -136,11 +148,10 @@ def publish_batch(settings: KafkaSettings, batch: pa.RecordBatch, encode: Encode
     encoder used (see :func:`encode_messages`)."""
     if not batch.num_rows:
         return {}, [], encode
-    changes, schema_rows = split_schema_changes(settings, batch)
-    if changes.num_rows:
-        messages, encode = encode_messages(settings, changes, encode)
+    messages, _, tally, schema_rows, encode = encode_batch(settings, batch, encode)
+    if messages is not None:
         send_messages(settings, *messages)
-    return transaction_tally(settings, changes), schema_rows, encode
+    return tally, schema_rows, encode
 
 
 _ENVELOPE_NAMES = frozenset(name for name, _, _ in ENVELOPE_FIELDS)

@@ -38,9 +38,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
-from mysqlcdc.sinks.kafka.publish import (
-    encode_messages, send_messages, split_schema_changes, transaction_tally,
-)
+from mysqlcdc.sinks.kafka.publish import encode_batch, send_messages
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.txnorder import Numbering
 
@@ -94,12 +92,11 @@ class TaskPublisher:
                 if numbering is not None:
                     batch = numbering.add(batch)
                 done.rows += batch.num_rows
-                changes, schema = split_schema_changes(settings, batch)
-                tallies.append(transaction_tally(settings, changes))
+                messages, changes, tally, schema, encode = encode_batch(settings, batch, encode)
+                tallies.append(tally)
                 schema_rows += schema
-                if not changes.num_rows:
+                if messages is None:
                     continue
-                messages, encode = encode_messages(settings, changes, encode)
                 if publisher is not None:
                     publisher.put(messages)
                 else:
@@ -141,7 +138,7 @@ def send_sorted(settings: KafkaSettings, batches: Iterator[pa.RecordBatch]
 
 
 class _Publisher:
-    """The thread that sends a task's encoded batches (see :func:`encode_messages`) in the
+    """The thread that sends a task's encoded batches (see :func:`encode_batch`) in the
     order given, each acknowledged before the next (see the module docstring)."""
 
     _END = object()
