@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 from mysqlcdc.binlog import constants as C
 from mysqlcdc.binlog.events import QueryEvent
 from mysqlcdc.capture.changes import ChangeDecoder, RawEventLike, _limit_in, _number
+from mysqlcdc.collector import fewer_collections
 from mysqlcdc.errors import ConnectionLostError, SchemaError, SourceChangedError
 from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.schema.ddl import classify
@@ -293,6 +294,7 @@ def iter_until(raws: Iterable[RawEventLike], decoder: ChangeDecoder, start: Binl
     finds; the :class:`Found` is appended to ``out`` once the end is reached. A slice
     task (``rule.cut_from``) first passes over the batch's events before its slice
     without decoding rows (counting them, checking TABLE_MAPs, looking for DDL)."""
+    fewer_collections()       # the row images a batch keeps are no cycle's part
     walk = _Walk(decoder, start, rule)
     events: Iterable[RawEventLike] = raws
     if rule.cut_from is not None and rule.cut_events is not None:

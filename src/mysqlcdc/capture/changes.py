@@ -19,6 +19,7 @@ from mysqlcdc.binlog.constants import (MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVE
                                        TABLE_MAP_EVENT, XID_EVENT)
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.binlog.rowsdecode import EXCLUDED, ROWS_FAST_CODES
+from mysqlcdc.collector import fewer_collections
 from mysqlcdc.envelope.builder import EnvelopeBuilder
 from mysqlcdc.envelope.model import OP_ROLLBACK, OP_SCHEMA, OP_TRUNCATE
 from mysqlcdc.errors import ConnectionLostError, SchemaError
@@ -348,6 +349,7 @@ def iter_change_batches(
     With ``end`` set, the input must reach it: running dry before ``end`` raises
     ConnectionLostError, because stopping short would silently lose changes.
     """
+    fewer_collections()       # the row images a batch keeps are no cycle's part
     end_key = (end.file_number, end.pos) if end else None
     reached = end is None
     numbers: dict[str, int] = {}

@@ -19,6 +19,7 @@ from mysqlcdc.binlog.file import iter_binlog_file
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.binlog.rowsdecode import ROWS_CODES
 from mysqlcdc.capture.changes import ChangeDecoder, FileEvent
+from mysqlcdc.collector import fewer_collections
 from mysqlcdc.envelope.model import envelope_json_lines
 from mysqlcdc.errors import SchemaError
 from mysqlcdc.schema.ddl import Catalog, classify
@@ -118,6 +119,7 @@ def iter_file_batches(
     ``stop`` bound the events by position as ``mysqlbinlog`` does (see ``_raw_events``):
     rows events before ``start`` are passed over, the rest still sets the decoder up.
     """
+    fewer_collections()       # the row images a batch keeps are no cycle's part
     follower = None
     if isinstance(tables, dict):
         known = tables

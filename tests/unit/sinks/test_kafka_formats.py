@@ -264,24 +264,3 @@ def test_a_batchs_messages_built_by_column_equal_the_row_encoders():
     for other in ({"format": "debezium"}, {"value_column": "v"}, {"topic_column": "t"}):
         settings = KafkaSettings(producer={"bootstrap.servers": "b"}, **other)
         assert batch_messages(settings, _envelope_batch(rows)) is None
-
-
-def test_publishing_raises_the_young_collection_threshold_but_never_lowers_or_enables_it():
-    import gc
-
-    from mysqlcdc.sinks.kafka.publish import GC_YOUNG_THRESHOLD, fewer_collections
-
-    saved, enabled = gc.get_threshold(), gc.isenabled()
-    try:
-        gc.set_threshold(700, 10, 10)
-        fewer_collections()
-        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, 10, 10)
-        gc.set_threshold(GC_YOUNG_THRESHOLD * 2, 5, 5)
-        fewer_collections()
-        assert gc.get_threshold() == (GC_YOUNG_THRESHOLD * 2, 5, 5)
-        gc.set_threshold(0, 10, 10)          # 0: automatic collection off; stays off
-        fewer_collections()
-        assert gc.get_threshold()[0] == 0
-    finally:
-        gc.set_threshold(*saved)
-        (gc.enable if enabled else gc.disable)()

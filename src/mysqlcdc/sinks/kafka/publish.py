@@ -14,13 +14,13 @@ to the single-partition schema-change topic before the batch's commit record.
 
 from __future__ import annotations
 
-import gc
 import time
 from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mysqlcdc.collector import fewer_collections
 from mysqlcdc.envelope.model import ENVELOPE_FIELDS, envelope_json_lines
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.schema.model import TableDef
@@ -78,24 +78,6 @@ def split_schema_changes(settings: KafkaSettings, batch: pa.RecordBatch
         return batch, []
     schema_rows = batch.filter(is_schema).to_pylist() if settings.schema_change_topic else []
     return batch.filter(pc.invert(is_schema)), schema_rows
-
-
-# Python's cyclic collector scans its youngest generation every 700 new container
-# objects by default. A message takes several (its header list and tuples, the row dict of
-# a row-by-row format), none of them in a reference cycle, so at that rate the scans cost
-# about a third of encoding a batch's messages and an eighth of the publishing worker's
-# CPU (docs/BENCHMARKS.md, stop 30). A Python worker that publishes scans every 50,000
-# instead; objects that are no cycle's part are freed when their last reference goes
-# either way.
-GC_YOUNG_THRESHOLD = 50_000
-
-
-def fewer_collections() -> None:
-    """Raise this process's youngest-generation threshold to :data:`GC_YOUNG_THRESHOLD`
-    (never lower it; a disabled collector stays disabled)."""
-    first, *older = gc.get_threshold()
-    if 0 < first < GC_YOUNG_THRESHOLD:
-        gc.set_threshold(GC_YOUNG_THRESHOLD, *older)
 
 
 def encode_messages(settings: KafkaSettings, changes: pa.RecordBatch,
