@@ -3,11 +3,11 @@
 CPython scans its youngest generation of container objects (tuples, lists, dicts,
 instances) every 700 new ones, and every object that survives a scan is scanned again
 in the older generations. mysqlcdc's loops make many such objects and keep most of them
-alive for a while: the decoder keeps a batch's row images until the batch is built (a
-thousand rows take some ten thousand tuples), the Kafka sink a batch's header lists until
-they are sent. None of them is part of a reference cycle, so every scan finds nothing to
-free, yet at the default pace the scans took about a tenth of the decoder's CPU and a
-third of encoding a Kafka batch (docs/BENCHMARKS.md, stops 30 and 39).
+alive for a while: the decoder keeps a batch's row images until the batch is built, the
+Kafka sink a batch's header lists until they are sent. None of them is part of a
+reference cycle, so every scan finds nothing to free, yet at the default pace the scans
+took up to a tenth of the decoder's CPU and a third of encoding a Kafka batch
+(DESIGN.md decision 25; docs/BENCHMARKS.md, stops 30 and 39).
 
 :func:`fewer_collections` makes the youngest generation scan every
 :data:`YOUNG_THRESHOLD` new objects instead. Objects that are no cycle's part are still
@@ -24,8 +24,8 @@ import gc
 
 __all__ = ["YOUNG_THRESHOLD", "fewer_collections"]
 
-# Measured on the 1M-row bench binlogs (bench/hotpath.py, one core): 10,000 gave wide
-# rows most of the gain and narrow ones none, 200,000 less than 50,000 on both.
+# On the 1M-row bench binlogs (bench/hotpath.py, one core, one run each: indicative),
+# 10,000 gave wide rows most of the gain and narrow ones none; 200,000 less than 50,000.
 YOUNG_THRESHOLD = 50_000
 
 
