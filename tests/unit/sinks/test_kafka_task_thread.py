@@ -73,3 +73,51 @@ def test_stop_waits_for_the_batch_being_published_and_starts_no_other(monkeypatc
     threading.Timer(0.2, release.set).start()
     p.stop()                         # the task ends (cancelled, or its decode failed)
     assert started == [0] and not p.thread.is_alive()
+
+
+def test_the_task_makes_its_producer_before_it_encodes_the_first_batch(monkeypatch):
+    """An idempotent producer's first send waits for a producer id (0.5-1 s against the
+    test broker): the task makes its producer first, so that wait overlaps the encoding."""
+    from mysqlcdc.sinks.kafka import producer as producers
+
+    made_before_first_batch = []
+    monkeypatch.setattr(tasks, "send_messages", lambda *args: None)
+    key = tuple(sorted(SETTINGS.producer_config().items()))
+    producers.drop_producer(SETTINGS)
+
+    def batches():
+        made_before_first_batch.append(key in producers._CACHE)
+        yield from ()
+
+    try:
+        list(tasks.TaskPublisher(SETTINGS).write(batches()))
+        assert made_before_first_batch == [True]
+        producers.drop_producer(SETTINGS)
+        list(tasks.TaskPublisher(SETTINGS).write(batches(), shares_keys=True))
+        assert made_before_first_batch == [True, False]   # it publishes nothing itself
+    finally:
+        producers.drop_producer(SETTINGS)
+
+
+def test_a_producer_that_cannot_be_made_ahead_is_left_to_the_first_send():
+    from mysqlcdc.sinks.kafka import producer as producers
+
+    bad = KafkaSettings(producer={"bootstrap.servers": "127.0.0.1:1", "linger.ms": "soon"})
+    producers.warm_producer(bad)          # no error here: the first send raises it
+    assert tuple(sorted(bad.producer_config().items())) not in producers._CACHE
+    with pytest.raises(Exception, match="Invalid value for configuration property"):
+        producers.producer_for(bad)
+
+
+def test_the_commit_step_makes_the_drivers_producer_when_the_query_starts(tmp_path):
+    from mysqlcdc.sinks.kafka import producer as producers
+    from mysqlcdc.sinks.kafka.writer import task_batch_committer
+
+    settings = KafkaSettings(producer={"bootstrap.servers": "127.0.0.1:1"},
+                             checkpoint=str(tmp_path))
+    producers.drop_producer(settings)
+    try:
+        task_batch_committer(settings, 1)
+        assert tuple(sorted(settings.producer_config().items())) in producers._CACHE
+    finally:
+        producers.drop_producer(settings)

@@ -38,6 +38,7 @@ from typing import Iterator
 import pyarrow as pa
 
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
+from mysqlcdc.sinks.kafka.producer import warm_producer
 from mysqlcdc.sinks.kafka.publish import encode_batch, send_messages
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 from mysqlcdc.sinks.kafka.txnorder import Numbering
@@ -84,6 +85,8 @@ class TaskPublisher:
         settings = self.settings
         numbering = Numbering() if settings.transaction_orders else None
         done, tallies, schema_rows, encode = Summary(), [], [], None
+        if not shares_keys:
+            warm_producer(settings)     # its producer id comes while the first batch encodes
         publisher = None if shares_keys else _Publisher(settings)
         try:
             for batch in batches:

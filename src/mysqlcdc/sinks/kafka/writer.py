@@ -31,6 +31,7 @@ from mysqlcdc.errors import ConfigError
 from mysqlcdc.sinks.kafka.commitlog import CommitRecord, batch_end_offset
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
 from mysqlcdc.sinks.kafka.order import SeqSorter
+from mysqlcdc.sinks.kafka.producer import warm_producer
 from mysqlcdc.sinks.kafka.publish import publish_batch, publish_commit
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 
@@ -116,6 +117,7 @@ def task_batch_committer(settings: KafkaSettings, write_tasks: int):
     from mysqlcdc.spark.taskwrite import note_written
 
     state: dict = {}
+    warm_producer(settings)     # the commit record's producer: its id comes while Spark starts
 
     def run(df, batch_id: int) -> None:
         if "query" not in state:
