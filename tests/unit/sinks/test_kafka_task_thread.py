@@ -121,3 +121,22 @@ def test_the_commit_step_makes_the_drivers_producer_when_the_query_starts(tmp_pa
         assert tuple(sorted(settings.producer_config().items())) in producers._CACHE
     finally:
         producers.drop_producer(settings)
+
+
+def test_a_producer_that_failed_while_idle_is_never_sent_with():
+    """A producer made ahead during an outage learns that every broker is down before it
+    sends anything; its acknowledgements can no longer be trusted, so the next send gets
+    a new one instead of failing on the old one's state."""
+    from confluent_kafka import KafkaError
+
+    from mysqlcdc.sinks.kafka import producer as producers
+
+    producers.drop_producer(SETTINGS)
+    try:
+        first = producers.producer_for(SETTINGS)
+        assert producers.producer_for(SETTINGS) is first            # healthy: reused
+        first.failure = KafkaError(KafkaError._ALL_BROKERS_DOWN)
+        second = producers.producer_for(SETTINGS)
+        assert second is not first and second.failure is None
+    finally:
+        producers.drop_producer(SETTINGS)

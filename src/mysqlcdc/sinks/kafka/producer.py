@@ -81,6 +81,11 @@ class CheckedProducer:
             if tombstone:
                 self.send(topic, key, None, hdrs)
 
+    def serve_callbacks(self) -> None:
+        """Run the callbacks librdkafka queued since the last poll or flush (error reports
+        of a producer that sat idle), without waiting."""
+        self._serve(self._producer.poll, 0)
+
     def finish(self, timeout_s: float) -> None:
         """Wait for every delivery report; raise unless all succeeded."""
         left = self._serve(self._producer.flush, timeout_s)
@@ -113,11 +118,23 @@ _CACHE: dict[tuple, CheckedProducer] = {}
 
 
 def producer_for(settings: KafkaSettings) -> CheckedProducer:
-    """One producer per Python worker and config, reused by its tasks while healthy."""
+    """One producer per Python worker and config, reused by its tasks while healthy.
+
+    A send that fails drops its producer (:func:`with_retries`); one that failed while it
+    sat idle between sends (every broker gone meanwhile, as for a producer made ahead by
+    :func:`warm_producer` during an outage) is dropped here, before anything is sent
+    with it."""
     key = tuple(sorted(settings.producer_config().items()))
-    if key not in _CACHE:
-        _CACHE[key] = CheckedProducer(settings.producer_config())
-    return _CACHE[key]
+    producer = _CACHE.get(key)
+    if producer is not None:
+        producer.serve_callbacks()    # an error it met while idle is only reported now
+    if producer is not None and producer.failure is not None:
+        del _CACHE[key]
+        producer.close()
+        producer = None
+    if producer is None:
+        producer = _CACHE[key] = CheckedProducer(settings.producer_config())
+    return producer
 
 
 def warm_producer(settings: KafkaSettings) -> None:
