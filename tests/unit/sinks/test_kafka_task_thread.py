@@ -127,16 +127,25 @@ def test_a_producer_that_failed_while_idle_is_never_sent_with():
     """A producer made ahead during an outage learns that every broker is down before it
     sends anything; its acknowledgements can no longer be trusted, so the next send gets
     a new one instead of failing on the old one's state."""
+    import socket
+
     from confluent_kafka import KafkaError
 
     from mysqlcdc.sinks.kafka import producer as producers
 
-    producers.drop_producer(SETTINGS)
+    # a port that takes connections and never answers: the broker is not "down" within
+    # the test, so a healthy producer is reused (a closed port would be reported down)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    port = silent.getsockname()[1]
+    settings = KafkaSettings(producer={"bootstrap.servers": f"127.0.0.1:{port}"})
     try:
-        first = producers.producer_for(SETTINGS)
-        assert producers.producer_for(SETTINGS) is first            # healthy: reused
+        first = producers.producer_for(settings)
+        assert producers.producer_for(settings) is first            # healthy: reused
         first.failure = KafkaError(KafkaError._ALL_BROKERS_DOWN)
-        second = producers.producer_for(SETTINGS)
+        second = producers.producer_for(settings)
         assert second is not first and second.failure is None
     finally:
-        producers.drop_producer(SETTINGS)
+        producers.drop_producer(settings)
+        silent.close()
