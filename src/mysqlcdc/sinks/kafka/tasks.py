@@ -85,8 +85,6 @@ class TaskPublisher:
         settings = self.settings
         numbering = Numbering() if settings.transaction_orders else None
         done, tallies, schema_rows, encode = Summary(), [], [], None
-        if not shares_keys:
-            warm_producer(settings)     # its producer id comes while the first batch encodes
         publisher = None if shares_keys else _Publisher(settings)
         try:
             for batch in batches:
@@ -148,6 +146,7 @@ class _Publisher:
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
+        warm_producer(settings)        # its producer id comes while the first batch encodes
         self.waiting: queue.Queue = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.stopping = False
