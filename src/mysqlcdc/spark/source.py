@@ -19,6 +19,8 @@ same rows on replay.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Sequence
@@ -403,6 +405,34 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         if self._planner is not None:
             self._planner.close()
+        _quiet_once_spark_left()
+
+
+_RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+
+
+def _quiet_once_spark_left() -> None:
+    """Keep PySpark's streaming source runner from printing a traceback once Spark is gone.
+
+    Spark ends a query by closing the socket of the process that runs this reader. The
+    runner's read then fails (``EOFError``, or a reset connection), it calls :meth:`stop`
+    in a ``finally`` with that error in flight, and answers it over the closed socket:
+    when the socket was already reset, that answer raises ``BrokenPipeError`` and Python
+    prints it on the stderr the process shares with the pipeline's, after a run that went
+    well. Nothing after this point is anything to report, so the process's stderr goes to
+    /dev/null then. Only in that runner, and only for a lost connection: an error of the
+    reader's own is still reported."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) != _RUNNER:
+        return
+    if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+        return
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+    except OSError:
+        pass
 
 
 class MysqlcdcBatchReader(DataSourceReader):
