@@ -95,6 +95,12 @@ def test_runs_start_from_a_checked_class_archive_and_workers_skip_the_zip(mariad
 
     first = _run(_config(tmp_path, mariadb, db, start, 1), cache)
     assert _rows(tmp_path / "changelog1") == 6
+    # Spark's notes of every start (its logging profile, the shell's level, Hadoop's
+    # native library) stay off the console: the driver logs as spark/log4j2.properties says
+    said = (tmp_path / "run1.log").read_text()
+    for note in ("log4j profile", "Setting default log level", "NativeCodeLoader"):
+        assert note not in said, said[-3000:]
+    assert _flag(first, "-Dlog4j2.configurationFile=file:")
     writes = _flag(first, "-XX:ArchiveClassesAtExit=")
     assert writes and writes[0].startswith(f"-XX:ArchiveClassesAtExit={cache}/jvm-")
     assert not _flag(first, "-XX:SharedArchiveFile=")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from pathlib import Path
 from typing import Mapping
 
 __all__ = ["build_session", "register", "quiet_failures", "with_jit", "JIT_MODES"]
@@ -51,6 +52,39 @@ def with_jit(settings: Mapping[str, str], jit: str) -> dict[str, str]:
     return out
 
 
+# Java options that already choose the driver's logging configuration
+_LOG_OPTIONS = ("log4j2.configurationFile", "log4j.configurationFile", "log4j.configuration")
+# what log4j finds on the classpath, where Spark puts its configuration folder (a Spark
+# distribution's ``log4j2.properties.template`` is none)
+_LOG_FILES = tuple(f"{stem}.{ext}" for stem in ("log4j2-test", "log4j2")
+                   for ext in ("properties", "yaml", "yml", "json", "jsn", "xml"))
+
+
+def quiet_start(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` with the driver JVM logging as ``log4j2.properties`` (next to this
+    module) says: Spark's defaults, without the lines it prints on every start (the
+    profile it loaded, the shell's log level, Hadoop's native library). Unless the user
+    configured logging: their driver Java options name a configuration, or their Spark
+    configuration folder has one."""
+    out = dict(settings)
+    own = out.get("spark.driver.extraJavaOptions", "")
+    if any(option in own for option in _LOG_OPTIONS) or _user_log_config():
+        return out
+    path = Path(__file__).with_name("log4j2.properties")
+    if path.is_file() and " " not in str(path):
+        out["spark.driver.extraJavaOptions"] = \
+            f"{own} -Dlog4j2.configurationFile={path.as_uri()}".strip()
+    return out
+
+
+def _user_log_config() -> bool:
+    folders = [os.environ.get("SPARK_CONF_DIR")]
+    if os.environ.get("SPARK_HOME"):
+        folders.append(os.path.join(os.environ["SPARK_HOME"], "conf"))
+    return any(folder and (Path(folder) / name).is_file()
+               for folder in folders for name in _LOG_FILES)
+
+
 def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
                   conf: Mapping[str, str] | None = None, *, jit: str = "full"):
     """Get or create a SparkSession with the mysqlcdc source registered.
@@ -67,7 +101,7 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
 
     from mysqlcdc.spark import warmstart
 
-    settings = with_jit({**DEFAULT_CONF, **(conf or {})}, jit)
+    settings = quiet_start(with_jit({**DEFAULT_CONF, **(conf or {})}, jit))
     cache = warmstart.cache_dir() if warmstart.enabled() else None
     if cache is not None:
         home = warmstart.spark_home(cache)
