@@ -101,6 +101,8 @@ def test_runs_start_from_a_checked_class_archive_and_workers_skip_the_zip(mariad
     for note in ("log4j profile", "Setting default log level", "NativeCodeLoader"):
         assert note not in said, said[-3000:]
     assert _flag(first, "-Dlog4j2.configurationFile=file:")
+    # and it ends saying where it caught up with the server: the server's position now
+    assert f"caught up with the server at {binlog_position(mariadb)}" in said, said[-3000:]
     writes = _flag(first, "-XX:ArchiveClassesAtExit=")
     assert writes and writes[0].startswith(f"-XX:ArchiveClassesAtExit={cache}/jvm-")
     assert not _flag(first, "-XX:SharedArchiveFile=")

@@ -114,13 +114,30 @@ def run(
                     f"({p.get('processedRowsPerSecond', 0) or 0:.0f} rows/s){note}"
                     f"{snapshot_note(snap)}"
                 )
-            run_pipeline(cfg, until_idle=until_idle, on_progress=progress,
-                         resume_from_sink=resume_from_sink, quiet=not verbose)
+            ends = run_pipeline(cfg, until_idle=until_idle, on_progress=progress,
+                                resume_from_sink=resume_from_sink, quiet=not verbose)
+        if until_idle or cfg.source.snapshot_mode() == "initial_only":
+            console.print(caught_up(cfg.name, ends), soft_wrap=True)
     except MysqlcdcError as err:
         _fail(err)
     except KeyboardInterrupt:
         console.print("stopped (the checkpoint keeps the position; run again to resume)")
         raise typer.Exit(130)
+
+
+def caught_up(name: str, ends: list[dict]) -> str:
+    """The line a run with ``--until-idle`` ends with: where the server's binlog was read
+    to (the earliest end among the sinks' queries, which all read to the server's
+    position when they found it)."""
+    if not ends:
+        return f"pipeline {name}: caught up with the server (nothing new to read)"
+    from mysqlcdc.types import BinlogPosition
+
+    first = min(ends, key=lambda e: BinlogPosition.of(e["file"], int(e["pos"])))
+    where = f"{first['file']}:{first['pos']}"
+    if first.get("gtid"):
+        where += f" (GTID set {first['gtid']})"
+    return f"pipeline {name}: caught up with the server at {where}"
 
 
 def snapshot_note(snap: dict) -> str:

@@ -430,8 +430,10 @@ def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = Non
 
 def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
                  on_progress: Callable[[dict], None] | None = None, spark=None,
-                 resume_from_sink: bool = False, quiet: bool = False) -> None:
-    """Preflight, start every sink's query and run until stopped (or idle).
+                 resume_from_sink: bool = False, quiet: bool = False) -> list[dict]:
+    """Preflight, start every sink's query and run until stopped (or idle); returns the
+    source offset (``file``, ``pos``, ...) each query's last batch ended at, for the
+    queries that report one.
 
     ``resume_from_sink``: queries without a checkpoint start at the Kafka commit log's
     last position instead of ``source.start`` (see ``mysqlcdc.sinks.kafka.resume``).
@@ -512,6 +514,37 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             if named is failed:
                 raise failed
             raise named from failed
+    return [end for end in (last_end(q, folders) for q in queries) if end is not None]
+
+
+def last_end(query, folders: list[str] = ()) -> dict | None:
+    """The source offset (``file``, ``pos``, ``gtid`` ...) a query's last reported batch
+    ended at, an end its read tasks found resolved through the batch-end records of the
+    schema-history ``folders``; None when there is none or it cannot be resolved."""
+    import json
+
+    from mysqlcdc.capture import batchend
+
+    try:
+        sources = (query.lastProgress or {}).get("sources") or []
+    except Exception:   # noqa: BLE001 - only a summary: a JVM gone already reports nothing
+        return None
+    for source in sources:
+        end = source.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                continue
+        if not (isinstance(end, dict) and end.get("file") and end.get("pos") is not None):
+            continue
+        if not batchend.pending(end):
+            return end
+        for folder in folders:
+            found = batchend.read_batch(folder, end)
+            if found is not None:
+                return batchend.offset_after(end, found)
+    return None
 
 
 def queries_stopped(cfg: PipelineConfig, queries) -> None:
