@@ -14,6 +14,7 @@ from rich.table import Table
 from mysqlcdc.errors import MysqlcdcError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode="markdown",
                   help="Change data capture for MySQL and MariaDB on Apache Spark.")
 console = Console(stderr=True)
 out = Console()
@@ -187,8 +188,10 @@ def snapshot(
     password_env: Optional[str] = typer.Option(None, "--password-env",
                                                help="Environment variable with --user's password."),
 ) -> None:
-    """Ask a pipeline (running or not) to snapshot tables while it streams: a row in its
-    signal table, read from the binlog by every sink's query."""
+    """Ask a pipeline (running or not) to snapshot tables while it streams.
+
+    The request is a row in the pipeline's signal table, which every sink's query reads
+    from the binlog."""
     import os
 
     from mysqlcdc.config.loader import load_pipeline
@@ -318,8 +321,9 @@ def mirror_position(
     pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per mirror sink."),
 ) -> None:
-    """Print the binlog position each mirror (and changelog_table) target's last commit
-    reflects; for a Delta mirror also each table's last commit."""
+    """Print the binlog position each mirror target's last commit reflects.
+
+    Also for a changelog_table target; for a Delta mirror, each table's last commit too."""
     import json
 
     try:
@@ -384,8 +388,10 @@ def serve(
                                   "(required when --host is not a loopback address)."),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
-    """Run every pipeline of a folder in one process, with the REST API (/docs),
-    /metrics, /healthz and the dashboard (/), until interrupted."""
+    """Run every pipeline of a folder in one process, with a REST API and a dashboard.
+
+    Serves the REST API (/docs), /metrics, /healthz and the dashboard (/) until
+    interrupted."""
     import os
     import socket
 
@@ -528,8 +534,10 @@ _SINK_OPTION = typer.Option(None, "--sink", help="Only the changelog sink at thi
 @changelog_app.command("check")
 def changelog_check(pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
                     sink: Optional[int] = _SINK_OPTION) -> None:
-    """Committed files and changes, leftover files of killed batches, and what a plain
-    Parquet reader of the folder would see. Exits 1 when a plain reader is not exact."""
+    """Committed files and changes, leftover files, what a plain Parquet reader sees.
+
+    Leftover files are those of killed batches. Exits 1 when a plain Parquet reader of
+    the folder would not see exactly the committed changes."""
     from mysqlcdc.sinks.changelog.maintenance import check
 
     exact = True
@@ -564,8 +572,10 @@ def changelog_compact(pipeline: Path = typer.Argument(..., help="Pipeline YAML f
 @changelog_app.command("vacuum")
 def changelog_vacuum(pipeline: Path = typer.Argument(..., help="Pipeline YAML file."),
                      sink: Optional[int] = _SINK_OPTION) -> None:
-    """Delta: delete files no version within `vacuum_after` needs. Parquet: delete the
-    leftover files of killed batches (safe while the pipeline runs)."""
+    """Delete files no longer needed (safe while the pipeline runs).
+
+    Delta: the files no version within `vacuum_after` needs. Parquet: the leftover files
+    of killed batches."""
     from mysqlcdc.sinks.changelog.maintenance import maintain_delta, remove_orphans
 
     try:

@@ -53,3 +53,23 @@ def test_an_end_its_read_tasks_found_is_resolved_through_their_record(tmp_path):
     assert (end["file"], end["pos"], end["gtid"], end["ts"]) == \
         ("mysql-bin.000005", 344, "0-1-9", 1700000000000)
     assert "upto" not in end
+
+
+def test_every_command_lists_a_one_line_summary():
+    # the command list shows a docstring's first paragraph: a line break there used to
+    # break the listing in the middle of a sentence
+    import inspect
+
+    from mysqlcdc.cli.main import app
+
+    def commands(typer_app):
+        for info in typer_app.registered_commands:
+            yield info.callback
+        for group in typer_app.registered_groups:
+            yield from commands(group.typer_instance)
+
+    found = list(commands(app))
+    assert len(found) >= 15
+    for callback in found:
+        first = inspect.cleandoc(callback.__doc__ or "").split("\n\n")[0]
+        assert first and "\n" not in first, callback.__name__
