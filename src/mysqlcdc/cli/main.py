@@ -300,6 +300,8 @@ def decode(
         if missing:
             raise ConfigError(f"no such binlog file: {', '.join(missing)}",
                               hint="Name binlog files that exist, in order.")
+        if changes:
+            _numbered(files)
         include = TableFilter.parse(",".join(table), None) if table else None
         write = print_changes if changes else print_events
         out = sys.stdout
@@ -310,6 +312,27 @@ def decode(
         sys.stderr.close()
     except MysqlcdcError as err:
         _fail(err)
+
+
+def _numbered(files: list[Path]) -> None:
+    """Row changes carry a seq made of their file's number: the files must be named as
+    the server names its binlogs (``mysql-bin.000042``)."""
+    from mysqlcdc.errors import ConfigError
+    from mysqlcdc.types import binlog_file_number
+
+    unnamed = []
+    for f in files:
+        try:
+            binlog_file_number(f.name)
+        except ValueError:
+            unnamed.append(f.name)
+    if unnamed:
+        raise ConfigError(
+            f"decode --changes needs binlog files named as the server names them "
+            f"(NAME.000042), not {', '.join(unnamed)}: each change's seq is made of its "
+            f"file's number",
+            hint=f"Link the file under its binlog name (ln -s {unnamed[0]} mysql-bin.000042), "
+                 f"or decode its events without --changes.")
 
 
 mirror_app = typer.Typer(no_args_is_help=True, help="Inspect a pipeline's mirror targets.")

@@ -80,3 +80,15 @@ def test_table_and_positions_bound_the_output_like_mysqlbinlog():
     events = _run("--start-position", str(start), "--table", "cdc.t_nopk", str(FILES[0]))
     assert events and all(e["pos"] >= start for e in events)
     assert all(e.get("table", "t_nopk") == "t_nopk" for e in events)
+
+
+def test_changes_of_a_file_not_named_as_a_binlog_are_a_named_error(tmp_path):
+    # a change's seq is made of its file's number: a copy named otherwise cannot give one
+    copy = tmp_path / "backup.bin"
+    copy.write_bytes((CORPUS / "rust_mysql_common/time_issue.000001").read_bytes())
+    res = subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", "decode", "--changes",
+                          str(copy)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == ""
+    assert "CONFIG_INVALID" in res.stderr and "backup.bin" in res.stderr
+    assert "INTERNAL_ERROR" not in res.stderr and "ln -s backup.bin" in res.stderr
+    assert _decode(copy).returncode == 0            # its events decode under any name
