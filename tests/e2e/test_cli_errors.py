@@ -33,9 +33,14 @@ def _one_line(done: subprocess.CompletedProcess, code: str, rc: int = 2) -> str:
     assert done.returncode == rc, text[-3000:]
     assert f"[{code}]" in done.stderr, text[-3000:]
     assert "Traceback" not in text and "py4j" not in text.lower(), text[-3000:]
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error ")]
+    lines = done.stderr.splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("error ")]
     assert len(errors) == 1, done.stderr
-    assert "hint:" in done.stderr
+    # the message is one line however long (a config error lists its problems below it,
+    # indented): no line of it is wrapped at the terminal's width on the way to the hint
+    hint = next(i for i, line in enumerate(lines) if line.startswith("  hint: "))
+    assert hint > errors[0], done.stderr
+    assert all(line.startswith("  ") for line in lines[errors[0] + 1:hint]), done.stderr
     return done.stderr
 
 

@@ -507,13 +507,13 @@ def status(
     except urllib.error.HTTPError as err:
         body = json.loads(err.read() or b"{}")
         console.print(f"[bold red]error[/] [{body.get('code', err.code)}] "
-                      f"{body.get('message', err.reason)}", highlight=False)
+                      f"{body.get('message', err.reason)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     except (urllib.error.URLError, OSError) as err:
         console.print(f"[bold red]error[/] [SERVE_UNREACHABLE] no mysqlcdc serve at {url}: "
-                      f"{getattr(err, 'reason', err)}", highlight=False)
+                      f"{getattr(err, 'reason', err)}", highlight=False, soft_wrap=True)
         console.print("  [yellow]hint:[/] Start it with `mysqlcdc serve`, or pass --url.",
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
         raise typer.Exit(2)
     rows = data if isinstance(data, list) else [data]
     t = Table(title="pipelines")
