@@ -122,6 +122,21 @@ def test_settings_round_trip_through_spark_options_and_hide_secrets():
     assert s.producer_config()["acks"] == "all"
 
 
+def test_messages_are_compressed_with_lz4_unless_the_user_chose():
+    assert KafkaSettings(producer={"bootstrap.servers": "b"}).producer_config()[
+        "compression.type"] == "lz4"
+    for own in ({"compression.type": "none"}, {"compression.type": "zstd"}):
+        config = KafkaSettings(producer={"bootstrap.servers": "b", **own}).producer_config()
+        assert config["compression.type"] == own["compression.type"]
+    # librdkafka's alias: ours would be a second, conflicting choice
+    config = KafkaSettings(producer={"bootstrap.servers": "b",
+                                     "compression.codec": "gzip"}).producer_config()
+    assert config["compression.codec"] == "gzip" and "compression.type" not in config
+    # a setting of the producer only, never of the admin and consumer clients
+    assert "compression.type" not in KafkaSettings(
+        producer={"bootstrap.servers": "b"}).admin_config()
+
+
 def test_settings_force_idempotence_and_name_topics_legally():
     s = KafkaSettings(producer={"bootstrap.servers": "b", "acks": "1", "enable.idempotence": "false"},
                       prefix="cdc")
