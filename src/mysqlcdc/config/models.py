@@ -686,7 +686,9 @@ class KafkaSinkConfig(_SinkModel):
         default_factory=dict,
         description="librdkafka producer settings passed through, such as "
         "`security.protocol: SASL_SSL`, `sasl.mechanism: SCRAM-SHA-512`, `compression.type: zstd`. "
-        "Idempotence and `acks=all` are always on.",
+        "Idempotence and `acks=all` are always on. Messages are compressed with `lz4` unless "
+        "this sets `compression.type` (or `compression.codec`); `none` turns it off "
+        "([KAFKA.md](KAFKA.md#compression)).",
     )
     producer_config_env: dict[str, EnvVarName] = Field(
         default_factory=dict,
