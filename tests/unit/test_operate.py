@@ -96,6 +96,30 @@ def test_epoch_and_counts(tmp_path):
     assert shift_seq(one, 0).column("seq") == one.column("seq")
 
 
+def test_counts_match_a_row_by_row_count(tmp_path):
+    # tables and ops mixed, null db/table (schema-less records), events of several rows,
+    # an event split between batches
+    import random
+
+    r = random.Random(7)
+    rows, pos = [], 100
+    for i in range(3000):
+        if r.random() < 0.6:
+            pos += 37
+        db, table = r.choice([("d", "t"), ("d", "u"), ("e", "t"), (None, None)])
+        rows.append((db, table, r.choice("cud"), f"b.{1 + pos // 40000}", pos, i + 1))
+    batches = [_batch(rows[:1234]), _batch(rows[1234:2900]), _batch(rows[2900:])]
+    list(finish_batches(iter(batches), counts=str(tmp_path)))
+    want: dict = {}
+    previous = None
+    for db, table, op, file, p, _seq in rows:
+        entry = want.setdefault((db or "", table or "", op), [0, 0])
+        entry[0] += 1
+        entry[1] += (file, p) != previous
+        previous = (file, p)
+    assert read_counts(tmp_path) == {k: tuple(v) for k, v in want.items()}
+
+
 def test_chart_plots_the_last_hour():
     svg = chart("t", "", [(-1.0, 5.0), (3000.0, 2.0), (3500.0, 0.0), (3600.0, None)],
                 now=3600.0, color="#000")
