@@ -67,6 +67,19 @@ _MARIA_GTID_EVENT = struct.Struct("<IBIIIHQIB").unpack_from   # header + seq_no,
 _GTID_SKIM_LEN = _HEADER_LEN + 13
 _MARIA_GTID_CODE, _XID_CODE, _ANNOTATE_CODE = C.MARIA_GTID_EVENT, C.XID_EVENT, C.MARIA_ANNOTATE_ROWS_EVENT
 _XA_FLAGS = C.MARIADB_FL_PREPARED_XA | C.MARIADB_FL_COMPLETED_XA
+_NOT_PLAIN_GTID = C.MARIADB_FL_STANDALONE | _XA_FLAGS
+_SIZE_END_FLAGS = struct.Struct("<IIH").unpack_from      # the header's event size, log pos, flags
+_U16_FROM = struct.Struct("<H").unpack_from
+_ARTIFICIAL_F = 0x20                                     # LOG_EVENT_ARTIFICIAL_F
+_TABLE_MAP_CODE, _ROWS_QUERY_CODE = C.TABLE_MAP_EVENT, C.ROWS_QUERY_LOG_EVENT
+# rows events a transaction of tables not captured may hold -> their post-header length
+# (a 6-byte table id first); PRE_GA ones, with a 4-byte id, are read one by one
+_TXN_ROWS = {C.WRITE_ROWS_EVENT_V1: 8, C.UPDATE_ROWS_EVENT_V1: 8, C.DELETE_ROWS_EVENT_V1: 8,
+             C.WRITE_ROWS_EVENT: 10, C.UPDATE_ROWS_EVENT: 10, C.DELETE_ROWS_EVENT: 10,
+             C.PARTIAL_UPDATE_ROWS_EVENT: 10,
+             C.MARIA_WRITE_ROWS_COMPRESSED_EVENT_V1: 8, C.MARIA_UPDATE_ROWS_COMPRESSED_EVENT_V1: 8,
+             C.MARIA_DELETE_ROWS_COMPRESSED_EVENT_V1: 8, C.MARIA_WRITE_ROWS_COMPRESSED_EVENT: 10,
+             C.MARIA_UPDATE_ROWS_COMPRESSED_EVENT: 10, C.MARIA_DELETE_ROWS_COMPRESSED_EVENT: 10}
 # the hot events, built without a type call (see events.factory)
 _XidEvent = E.factory(E.XidEvent)
 _MariadbGtidEvent = E.factory(E.MariadbGtidEvent)
@@ -119,6 +132,7 @@ class BinlogParser:
         self.vet: Callable[[E.TableMapEvent], bool] | None = None
         self._spec_cache: dict[tuple, tuple[ColumnSpec, ...]] = {}
         self._tm_cache: dict[bytes, tuple] = {}
+        self._txn_rows: frozenset[int] | None = None    # see skim_txn; per FORMAT_DESCRIPTION
         # rows event type -> {post-header, column count and bitmap bytes: what they decode to}
         self.rows_cache: dict[int, dict[bytes, tuple]] = {code: {} for code in ROWS_FAST_CODES}
         # rows events' ``rows`` as ``rowscan.RawRows`` (images located, not decoded)
@@ -259,6 +273,86 @@ class BinlogParser:
             n -= 4
         return skim_rows_body(self, data, n)
 
+    def skim_txn(self, batch: list[bytes], i: int,
+                 excluded: Callable[[str, str], bool]) -> tuple | None:
+        """A transaction of tables this reader does not capture, from its bytes:
+        ``batch[i]`` is a GTID event, and every event after it up to its XID is a
+        TABLE_MAP identical to one decoded before of a table ``excluded(db, table)``, a
+        rows event of such a table id, an ANNOTATE_ROWS or ROWS_QUERY, or (MySQL, right
+        after the GTID) the BEGIN query, each whole, its size in its header and its CRC32
+        right. Returns ``(j, size, end, states)``: ``batch[j]`` is the XID, ``size`` the
+        bytes of the events between, ``end`` the offset after the last of them, and
+        ``states`` the TABLE_MAP states by table id, to put in force as decoding them
+        would (:meth:`pass_txn`). None for anything else, a transaction that goes on past
+        ``batch`` included: its events are then decoded one by one, as always."""
+        if self.fde is None or self.header_length != _HEADER_LEN:
+            return None
+        n = len(batch)
+        j = i + 1
+        size = end = 0
+        data = batch[i]
+        if data[4] == _MARIA_GTID_CODE:
+            if len(data) < _GTID_SKIM_LEN or data[_GTID_SKIM_LEN - 1] & _NOT_PLAIN_GTID:
+                return None             # a DDL's or an XA transaction's
+        elif j < n and self._begin(batch[j]):
+            size, end = len(batch[j]), _SIZE_END_FLAGS(batch[j], 9)[1]
+            j += 1
+        else:
+            return None
+        rows = self._txn_rows
+        if rows is None:
+            rows = self._txn_rows = frozenset(
+                code for code, post in _TXN_ROWS.items() if self.post_header_len(code, -1) == post)
+        trail = 4 if self.checksum else 0
+        crc = self.checksum and self.verify_checksum
+        tm_cache = self._tm_cache
+        states: dict[int, TableState] = {}
+        while j < n:
+            ev = batch[j]
+            length, log_pos, flags = _SIZE_END_FLAGS(ev, 9)
+            if length != len(ev) or not log_pos or flags & _ARTIFICIAL_F:
+                return None
+            code = ev[4]
+            if code == _XID_CODE:
+                return (j, size, end, states) if states else None
+            if code == _TABLE_MAP_CODE:
+                hit = tm_cache.get(ev[_HEADER_LEN:length - trail])
+                if hit is None:
+                    return None
+                tm, state, _ = hit
+                if state.included or not excluded(tm.schema, tm.table):
+                    return None
+                states[tm.table_id] = state
+            elif code in rows:
+                if int.from_bytes(ev[_HEADER_LEN:_HEADER_LEN + 6], "little") not in states:
+                    return None
+            elif code != _ANNOTATE_CODE and code != _ROWS_QUERY_CODE:
+                return None
+            if crc and _crc32(ev) != _CRC_RESIDUE:
+                return None             # decoded one by one, it raises the named error
+            size += length
+            end = log_pos
+            j += 1
+        return None
+
+    def pass_txn(self, states: dict[int, TableState]) -> None:
+        """Put in force the TABLE_MAP states of a transaction ``skim_txn`` found, as
+        decoding its events would have."""
+        self.table_maps.update(states)
+
+    def _begin(self, ev: bytes) -> bool:
+        """``ev`` is a whole QUERY event whose statement is BEGIN."""
+        if ev[4] != C.QUERY_EVENT or len(ev) < _HEADER_LEN + 13:
+            return False
+        post = self.post_header_len(C.QUERY_EVENT, 13)
+        if post < 13:
+            return False
+        end = len(ev) - (4 if self.checksum else 0)
+        at = _HEADER_LEN + post + _U16_FROM(ev, _HEADER_LEN + 11)[0] + ev[_HEADER_LEN + 8] + 1
+        if ev[at:end] != b"BEGIN" or _U32_FROM(ev, 9)[0] != len(ev):
+            return False
+        return not (self.checksum and self.verify_checksum and _crc32(ev) != _CRC_RESIDUE)
+
     def _parse(self, data: bytes, pos: int | None, checksummed: bool) -> list[E.Event]:
         n = len(data)
         if n < _HEADER_LEN:
@@ -363,6 +457,7 @@ class BinlogParser:
         self.fde, self.header_length, self.post_header = fde, header_len, post
         for cache in (*self.rows_cache.values(), self._tm_cache):
             cache.clear()
+        self._txn_rows = None
         self.checksum, self.mariadb = alg == C.BINLOG_CHECKSUM_ALG_CRC32, mariadb
         return fde
 
@@ -379,6 +474,7 @@ class BinlogParser:
         self.fde, self.header_length, self.post_header = fde, C.LOG_EVENT_HEADER_LEN, _V3_POST_HEADER
         for cache in (*self.rows_cache.values(), self._tm_cache):
             cache.clear()
+        self._txn_rows = None
         self.checksum = self.mariadb = False
         return fde
 
