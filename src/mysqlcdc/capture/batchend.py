@@ -479,7 +479,8 @@ class _Walk:
         file, pos = self.boundary
         end = BinlogPosition(_number(self.numbers, file), pos, file)
         start = self.start if reason != "empty" else end
-        return Found(start, end, reason, self.decoder.events - self.counted, self.size,
+        return Found(start, end, reason, self.decoder.events - self.counted,
+                     self.size + self.decoder.passed_bytes,
                      self.emitted, list(self.decoder.held), self.births,
                      str(GtidSet().add_all(self.gtids)), self.last_ts)
 

@@ -30,7 +30,8 @@ from mysqlcdc.schema.model import TableDef
 from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.types import BinlogPosition, binlog_file_number
 
-__all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "iter_change_batches"]
+__all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "PassOver",
+           "iter_change_batches"]
 
 TableLookup = Callable[[str, str], TableDef | None]
 _XID, _ANNOTATE, _MARIA_GTID, _TABLE_MAP = (XID_EVENT, MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
@@ -127,6 +128,8 @@ class ChangeDecoder:
         self._key_memo: dict[int, tuple] = {}   # id(TableState) -> (state, key columns)
         self.boundary: tuple[str, int] | None = None
         self.events = 0
+        self.passed_bytes = 0     # of events a stream passed over for it (PassOver)
+        self.on_excluded: Callable[[], None] | None = None   # a table not decoded came by
         # A read task that finds its own batch end (capture.batchend) sets these: a DDL
         # at or after ``known`` (file number, pos) is not in the history the task carries,
         # so the decoder stops there (``halt`` = its file and pos); with ``check_since``
@@ -260,9 +263,13 @@ class ChangeDecoder:
         hit = self._key_memo.get(id(state))
         if hit is not None and hit[0] is state:
             self.keys[ev.table_id] = hit[1]
+            if self.on_excluded is not None and not state.included:
+                self.on_excluded()
             return
         keys = self.keys[ev.table_id] = self._key_columns(ev)
         if state is not None:
+            if self.on_excluded is not None and not state.included:
+                self.on_excluded()
             if len(self._key_memo) > 10_000:
                 self._key_memo.clear()
             self._key_memo[id(state)] = (state, keys)
@@ -335,6 +342,86 @@ class ChangeDecoder:
 
     def take(self) -> pa.RecordBatch:
         return self.builder.take()
+
+
+# After this many transactions in a row that it could not pass over, PassOver stops
+# looking until a table that is not captured comes by again: a reader that captures
+# every table it meets pays nothing for it.
+_PATIENCE = 16
+
+
+class PassOver:
+    """What lets a :class:`~mysqlcdc.protocol.stream.ReplicationStream` pass over the
+    inner events of a transaction that changes only tables its reader does not capture
+    (``include`` says no), without handing them out one by one: the stream hands out
+    the transaction's GTID event and its XID, and this accounts for what lies between
+    as decoding it would have (its TABLE_MAPs put in force, its events counted in the
+    decoder's ``events`` and ``passed_bytes``). Which transactions qualify is
+    ``BinlogParser.skim_txn``'s to say, from their bytes; every other one is decoded
+    as always. A table held back (quarantined) is not such a table: only the filter's
+    own no counts, which does not change along the binlog.
+
+    It is the stream's ``pass_over`` while it pays: from the start until
+    :data:`_PATIENCE` transactions in a row could not be passed over, and again from
+    the next TABLE_MAP of a table not decoded (``ChangeDecoder.on_excluded``) on; the
+    stream looks at it once per batch of events it read."""
+
+    __slots__ = ("decoder", "stream", "_skim", "_excluded", "_pending", "_misses", "events")
+
+    def __init__(self, decoder: ChangeDecoder, include: Callable[[str, str], bool],
+                 stream) -> None:
+        self.decoder, self.stream = decoder, stream
+        self._skim = decoder.parser.skim_txn
+        memo: dict[tuple[str, str], bool] = {}
+
+        def excluded(db: str, table: str) -> bool:
+            key = (db, table)
+            no = memo.get(key)
+            if no is None:
+                no = memo[key] = not include(db, table)
+            return no
+        self._excluded = excluded
+        self._pending: tuple | None = None
+        self._misses = 0
+        self.events = 0           # passed over, for tests and logs
+        decoder.on_excluded = self.wake
+        stream.pass_over = self
+
+    def wake(self) -> None:
+        """A TABLE_MAP of a table not decoded: look at transactions again."""
+        if self.stream.pass_over is None:
+            self._misses = 0
+            self.stream.pass_over = self
+
+    def span(self, batch: list[bytes], i: int) -> int:
+        """How many events after ``batch[i]``, a GTID event, the stream may pass over
+        once it has handed that one out (0: none)."""
+        found = self._skim(batch, i, self._excluded)
+        if found is None:
+            self._pending = None
+            self._misses += 1
+            if self._misses >= _PATIENCE:
+                self.stream.pass_over = None      # until wake()
+            return 0
+        self._misses = 0
+        self._pending = found
+        return found[0] - i - 1
+
+    def end(self) -> int:
+        """The offset after the events :meth:`span` counted."""
+        return self._pending[2]
+
+    def passed(self, count: int) -> int:
+        """The stream passed over the ``count`` events :meth:`span` found: account for
+        them; returns the offset after them."""
+        _, size, end, states = self._pending
+        self._pending = None
+        decoder = self.decoder
+        decoder.parser.pass_txn(states)
+        decoder.events += count
+        decoder.passed_bytes += size
+        self.events += count
+        return end
 
 
 def iter_change_batches(

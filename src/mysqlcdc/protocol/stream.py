@@ -28,6 +28,7 @@ import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from itertools import islice
 from dataclasses import dataclass
 
 import pymysql
@@ -61,6 +62,8 @@ _PACKET_EVENT_HEADER = struct.Struct("<IB4xB4xIIH").unpack_from
 _PACKET_HEAD_SIZE = 4 + 1 + HEADER_SIZE
 _U32 = struct.Struct("<I").unpack_from
 _POSITION_EVENTS = frozenset((ROTATE_EVENT, FORMAT_DESCRIPTION_EVENT, HEARTBEAT_LOG_EVENT))
+# a transaction's first event: MySQL's GTID, anonymous GTID and tagged GTID, MariaDB's GTID
+_TXN_STARTS = frozenset((33, 34, 42, 162))
 _NO_STOP = 1 << 64
 # Seconds without any packet from the dump thread (events or heartbeats) that count as a
 # dropped connection, whatever the heartbeat period below this.
@@ -141,6 +144,9 @@ class ReplicationStream:
         self._streamed = False
         self._closed = False
         self.passed = 0                 # events ``passing`` passed over
+        # set by a reader that captures only some tables (capture.changes.PassOver): the
+        # inner events of a transaction of other tables are passed over, not handed out
+        self.pass_over = None
 
     @property
     def position(self) -> BinlogPosition:
@@ -182,6 +188,7 @@ class ReplicationStream:
             # nothing the channel has read is skipped.
             stop = self.stop_at
             stop_key = None if stop is None else (stop.file_number, stop.pos, stop.file)
+            skip = self.pass_over
             rest = iter(batch)
             try:
                 for data in rest:
@@ -192,7 +199,16 @@ class ReplicationStream:
                     if (log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and size == len(data)
                             and kind not in _POSITION_EVENTS):
                         self._pos = log_pos   # an ordinary event: the file stays, the offset moves
-                        yield RawEvent(self._file, log_pos - size, data, False)
+                        if skip is None or kind not in _TXN_STARTS:
+                            yield RawEvent(self._file, log_pos - size, data, False)
+                        else:
+                            span = skip.span(batch, len(batch) - rest.__length_hint__() - 1)
+                            yield RawEvent(self._file, log_pos - size, data, False)
+                            if span and not self._closed and (stop_key is None or (
+                                    self._file_number, skip.end(), self._file) < stop_key):
+                                # the transaction's events up to its XID, of tables not captured
+                                self._pos = skip.passed(span)
+                                next(islice(rest, span, span), None)
                     else:
                         yield self._advance(data)
                     if self._closed or (stop_key is not None
