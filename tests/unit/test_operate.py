@@ -160,3 +160,55 @@ def test_sink_counters_add_up_over_processes(tmp_path, monkeypatch):
     totals = stats.totals()
     assert totals[("sink_retries", "p-unit", "kafka")] == before + 2 + 5
     assert totals[("sink_errors", "p-unit", "kafka")] == 1
+
+
+def test_readers_wait_for_the_poller_and_see_counts_and_position_together(tmp_path):
+    """The API's reads hold the lock the poller folds progress in with: a read made while
+    a batch is half folded (its rows counted, its position not yet) waits for the rest."""
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from mysqlcdc.api.app import create_app
+    from mysqlcdc.api.service import PipelineService, PipelineState
+    from mysqlcdc.pipeline.localserver import free_port
+
+    service = PipelineService(tmp_path, lambda: None)
+    state = service.pipelines["p"] = PipelineState("p", tmp_path / "p.yaml", None, state="running")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(service), host="127.0.0.1", port=port,
+                                           log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    seen: dict = {}
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+
+        def read(path: str) -> None:
+            got = httpx.get(url + path, timeout=30)
+            seen[path] = got.text if path == "/metrics" else got.json()
+
+        with service.reading():
+            state.rows_total = 12                       # the poller, half way through a batch
+            readers = [threading.Thread(target=read, args=(path,))
+                       for path in ("/pipelines", "/pipelines/p", "/metrics")]
+            for r in readers:
+                r.start()
+            for r in readers:
+                r.join(0.5)
+            assert all(r.is_alive() for r in readers) and not seen   # they wait
+            state.position = "mariadb-bin.000003:952929"
+        for r in readers:
+            r.join(30)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    [listed] = seen["/pipelines"]
+    for summary in (listed, seen["/pipelines/p"]):
+        assert (summary["rows_total"], summary["position"]) == (12, "mariadb-bin.000003:952929")
+    assert 'mysqlcdc_rows_total{pipeline="p"} 12.0' in seen["/metrics"]

@@ -138,11 +138,13 @@ def create_app(service: PipelineService, token: str | None = None):
 
     @app.get("/pipelines", summary="Every pipeline with its state, position, lag and rates")
     def list_pipelines() -> list[dict]:
-        return [p.summary() for p in service.pipelines.values()]
+        with service.reading():
+            return [p.summary() for p in service.pipelines.values()]
 
     @app.get("/pipelines/{name}", summary="One pipeline")
     def get_pipeline(name: str) -> dict:
-        return service.get(name).summary()
+        with service.reading():
+            return service.get(name).summary()
 
     @app.post("/pipelines", status_code=201,
               summary="Create a pipeline from its YAML (or JSON) text and start it")

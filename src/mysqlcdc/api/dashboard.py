@@ -130,13 +130,13 @@ def _card(p: PipelineState, now: float) -> str:
 
 def render_dashboard(service: PipelineService) -> str:
     now = time.time()
-    pipelines = sorted(service.pipelines.values(), key=lambda p: p.name)
+    with service.reading():
+        pipelines = sorted(service.pipelines.values(), key=lambda p: p.name)
+        rows, cards = "".join(_row(p) for p in pipelines), "".join(_card(p, now) for p in pipelines)
     head = ("<tr><th>pipeline</th><th>state</th><th>position</th><th>GTID set</th>"
             "<th>lag s</th><th>lag bytes</th><th>rows</th><th>rows/s</th>"
             "<th>binlog runway</th><th>error</th><th></th></tr>")
-    body = "".join(_row(p) for p in pipelines) or \
-        '<tr><td colspan="11">no pipelines: POST one to /pipelines</td></tr>'
-    cards = "".join(_card(p, now) for p in pipelines)
+    body = rows or '<tr><td colspan="11">no pipelines: POST one to /pipelines</td></tr>'
     return (f'<!doctype html><html><head><meta charset="utf-8"><title>mysqlcdc</title>'
             f'<meta http-equiv="refresh" content="10"><style>{_STYLE}</style></head><body>'
             f'<h1>mysqlcdc</h1><div class="sub">{len(pipelines)} pipeline(s) · '

@@ -122,8 +122,9 @@ def render_metrics(service: PipelineService) -> tuple[str, str]:
     class _Collector:
         def collect(self):
             f = _families()
-            for p in list(service.pipelines.values()):
-                _pipeline(f, service, p)
+            with service.reading():
+                for p in list(service.pipelines.values()):
+                    _pipeline(f, service, p)
             for (kind, pipeline, sink), n in sorted(stats.totals().items()):
                 if kind in ("sink_retries", "sink_errors") and pipeline in service.pipelines:
                     f[kind].add_metric([pipeline, sink], n)

@@ -159,6 +159,12 @@ class PipelineService:
             names.append(cfg.name)
         return names
 
+    def reading(self):
+        """The lock the poller folds each query's progress in with: a reader holding it
+        sees a pipeline's rows, batches and position of the same moment (never a
+        batch's rows counted before its position is)."""
+        return self._lock
+
     def get(self, name: str) -> PipelineState:
         found = self.pipelines.get(name)
         if found is None:
