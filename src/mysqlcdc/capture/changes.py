@@ -8,6 +8,7 @@ changes to an :class:`EnvelopeBuilder`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Protocol
 
@@ -31,7 +32,7 @@ from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.types import BinlogPosition, binlog_file_number
 
 __all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "PassOver",
-           "iter_change_batches"]
+           "iter_change_batches", "pass_over_enabled"]
 
 TableLookup = Callable[[str, str], TableDef | None]
 _XID, _ANNOTATE, _MARIA_GTID, _TABLE_MAP = (XID_EVENT, MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
@@ -342,6 +343,12 @@ class ChangeDecoder:
 
     def take(self) -> pa.RecordBatch:
         return self.builder.take()
+
+
+def pass_over_enabled() -> bool:
+    """``MYSQLCDC_PASS_OVER=0``: decode every event one by one, also those of transactions
+    of tables not captured (to compare: the output is the same; DESIGN.md decision 27)."""
+    return os.environ.get("MYSQLCDC_PASS_OVER", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 # After this many transactions in a row that it could not pass over, PassOver stops

@@ -597,7 +597,8 @@ def _window(task: ChunkTask, read: _Read) -> set[str] | None:
     """The key texts of the table's rows changed in ``[L, H)``; None when a DDL or a
     TRUNCATE of the table lies in it (the chunk must be read again)."""
     from mysqlcdc.binlog.parser import BinlogParser
-    from mysqlcdc.capture.changes import ChangeDecoder, iter_change_batches
+    from mysqlcdc.capture.changes import (ChangeDecoder, PassOver, iter_change_batches,
+                                          pass_over_enabled)
     from mysqlcdc.capture.filters import TableFilter
     from mysqlcdc.protocol.stream import ReplicationStream
 
@@ -615,6 +616,8 @@ def _window(task: ChunkTask, read: _Read) -> set[str] | None:
     # server id 0: a bounded read the server never blocks, that displaces no other reader
     stream = ReplicationStream(task.settings, server_id=0, start=read.low,
                                reconnect=task.retry, stop_at=read.high)
+    if pass_over_enabled():
+        PassOver(decoder, only, stream)   # other tables' transactions (DESIGN.md decision 27)
     touched: set[str] = set()
     try:
         for batch in iter_change_batches(stream, decoder, end=read.high):

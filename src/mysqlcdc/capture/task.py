@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.capture.batchend import EndRule, Found, iter_until, write_found
-from mysqlcdc.capture.changes import ChangeDecoder, HistoryLookup, PassOver, iter_change_batches
+from mysqlcdc.capture.changes import (ChangeDecoder, HistoryLookup, PassOver, iter_change_batches,
+                                      pass_over_enabled)
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.signals import SignalTap
 from mysqlcdc.protocol.connection import ConnectionSettings
@@ -27,12 +28,6 @@ from mysqlcdc.schema.model import TableDef
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["RangeTask", "read_range", "task_view"]
-
-
-def _pass_over() -> bool:
-    """``MYSQLCDC_PASS_OVER=0``: decode every event one by one, also those of transactions
-    of tables not captured (to compare: the output is the same; DESIGN.md decision 27)."""
-    return os.environ.get("MYSQLCDC_PASS_OVER", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -80,7 +75,7 @@ def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.Record
                                start=task.rule.cut_from if exact else task.start,
                                reconnect=task.retry,
                                stop_at=None if task.rule is None else task.rule.cap)
-    if task.tables is not None and _pass_over():
+    if task.tables is not None and pass_over_enabled():
         PassOver(decoder, task.tables, stream)    # becomes the stream's pass_over
     report = None if task.status_path is None else _status_writer(task.status_path)
     if report is not None:
