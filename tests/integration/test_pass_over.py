@@ -10,13 +10,13 @@ import pyarrow as pa
 import pytest
 
 from mysqlcdc.capture import batchend
-from mysqlcdc.capture.changes import PassOver
 from mysqlcdc.capture.planner import RangePlanner
 from mysqlcdc.capture.task import read_range
 from mysqlcdc.envelope.model import ARROW_SCHEMA
 from mysqlcdc.spark.options import SourceOptions
 
 from tests.support.mariadb import binlog_position
+from tests.support.passover import count_passes
 
 pytestmark = pytest.mark.integration
 
@@ -70,13 +70,7 @@ def test_the_same_batches_as_decoding_every_event(mariadb, fresh_db, source_opti
                                                   monkeypatch, max_events):
     start = binlog_position(mariadb)
     _workload(mariadb, fresh_db)
-    passed: list[int] = []
-    original = PassOver.passed
-
-    def counted(self, count):
-        passed.append(count)
-        return original(self, count)
-    monkeypatch.setattr(PassOver, "passed", counted)
+    passed = count_passes(monkeypatch)
     runs = {}
     for mode in ("0", "1"):
         monkeypatch.setenv("MYSQLCDC_PASS_OVER", mode)

@@ -361,19 +361,13 @@ def test_other_tables_transactions_in_the_window_are_passed_over(mariadb, fresh_
     """The chunk's binlog window passes over other tables' transactions (DESIGN.md
     decision 27) and still finds the chunk's keys changed in it: the same rows as
     decoding every event."""
-    from mysqlcdc.capture.changes import PassOver
+    from tests.support.passover import count_passes
 
     mariadb.sql("CREATE TABLE a (id INT PRIMARY KEY, v INT)",
                 "CREATE TABLE other (id INT PRIMARY KEY, v INT)",
                 "INSERT INTO a SELECT seq, seq FROM seq_1_to_300", db=fresh_db)
     table = _table(mariadb, fresh_db, "a")
-    passed: list[int] = []
-    original = PassOver.passed
-
-    def counted(self, count):
-        passed.append(count)
-        return original(self, count)
-    monkeypatch.setattr(PassOver, "passed", counted)
+    passed = count_passes(monkeypatch)
 
     def between():                     # after the low watermark, before the SELECT
         mariadb.sql(*[f"INSERT INTO other VALUES ({i}, {i}) ON DUPLICATE KEY UPDATE v = v + 1"
