@@ -78,6 +78,9 @@ def envelope_json(row: Mapping[str, Any]) -> bytes:
 
 
 _TEXT = ("op", "db", "table", "gtid", "txn_id", "file", "query")
+# text columns with a handful of values per batch (a batch mostly holds one database, one
+# table and one binlog file): their JSON is made once per distinct value
+_FEW = frozenset(("op", "db", "table", "file"))
 _NUMBERS = ("ts_ms", "server_id", "pos", "row")
 _RAW = ("before", "after", "key", "moved_key")
 _NEEDS_ESCAPE = r'["\\\x00-\x1f\x7f]'
@@ -89,7 +92,11 @@ def envelope_json_lines(batch: pa.RecordBatch, newline: bool = True) -> pa.Array
     per value)."""
     cols = {}
     for name in _TEXT:
-        cols[name] = _json_text(batch.column(name))
+        column = batch.column(name)
+        if name == "txn_id" and column.equals(batch.column("gtid")):
+            cols[name] = cols["gtid"]         # MariaDB's transaction id is its GTID
+        else:
+            cols[name] = _json_text(column, few=name in _FEW)
     for name in _NUMBERS:
         cols[name] = pc.fill_null(pc.cast(batch.column(name), pa.string()), "null")
     for name in _RAW:
@@ -105,11 +112,18 @@ def envelope_json_lines(batch: pa.RecordBatch, newline: bool = True) -> pa.Array
     return pc.binary_join_element_wise(*parts, "")
 
 
-def _json_text(column: pa.Array) -> pa.Array:
+def _json_text(column: pa.Array, few: bool = False) -> pa.Array | pa.Scalar:
     """JSON strings (``null`` for nulls); values that need escaping go through orjson (as in
-    ``envelope_json``)."""
+    ``envelope_json``). A column of one value (or only nulls) gives that text as a scalar,
+    which Arrow's join repeats; with ``few`` (a column of few distinct values) each
+    distinct value's text is made once."""
     if column.null_count == len(column):
-        return pa.array(["null"] * len(column), pa.string())
+        return pa.scalar("null", pa.string())
+    if few and isinstance(column, pa.Array):
+        if column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
+            return pa.scalar(_j(column[0].as_py()), pa.string())
+        encoded = pc.dictionary_encode(column)        # nulls stay out of the dictionary
+        return pc.fill_null(_json_text(encoded.dictionary).take(encoded.indices), "null")
     if pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py():
         return pa.array([_j(v) for v in column.to_pylist()], pa.string())
     return pc.fill_null(pc.binary_join_element_wise('"', column, '"', ""), "null")
