@@ -275,6 +275,18 @@ def test_a_batchs_messages_built_by_column_equal_the_row_encoders():
             assert (keys[i], values[i], hdrs[i]) == encode(row)
             assert topics[i] == router.topic(row)
             assert after[i] == (settings.send_tombstones and row["op"] == "d")
+    # every row with a GTID and no moved key (the headers' shorter path), of one binlog
+    # file or of two
+    one_file = [{**ROW, "pos": 100 + i, "row": i, "gtid": f"0-7-{i}"} for i in range(4)]
+    two_files = [{**r, "file": f"mariadb-bin.00000{3 + r['row'] % 2}"} for r in one_file]
+    settings = KafkaSettings(producer={"bootstrap.servers": "b"})
+    encode = row_encoder(settings)
+    for rows_ in (one_file, two_files):
+        batch = _envelope_batch(rows_)
+        _, keys, values, hdrs, _ = batch_messages(settings, batch)
+        assert [(k, v, h) for k, v, h in zip(keys, values, hdrs)] == \
+            [encode(row) for row in batch.to_pylist()]
+        assert {h[1] for h in hdrs} == {("file", r["file"].encode()) for r in rows_}
     # what the column path does not cover goes row by row
     for other in ({"format": "debezium"}, {"value_column": "v"}, {"topic_column": "t"}):
         settings = KafkaSettings(producer={"bootstrap.servers": "b"}, **other)
