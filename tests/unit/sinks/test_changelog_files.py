@@ -130,6 +130,21 @@ def test_sink_log_commits_batches_as_spark_writes_them_and_compacts(tmp_path):
     assert len(orphan_files(tmp_path)) == 1
 
 
+def test_a_new_changelog_gets_its_empty_log_before_any_file(tmp_path):
+    fresh = tmp_path / "fresh"
+    assert SinkLog(fresh).begin() and (fresh / "_spark_metadata").is_dir()
+    assert not SinkLog(fresh).begin()                     # already there
+    assert SinkLog(fresh).latest() == -1
+    empty = tmp_path / "empty"
+    (empty / "db=a" / ".hidden").mkdir(parents=True)
+    (empty / "db=a" / ".part.crc").write_bytes(b"x")
+    assert SinkLog(empty).begin()                         # hidden files are not data
+    foreign = tmp_path / "foreign"
+    _files(foreign, 0, 1)
+    assert not SinkLog(foreign).begin()                   # not known to be a changelog
+    assert not (foreign / "_spark_metadata").exists()
+
+
 def test_sink_log_retention_leaves_old_files_out_of_a_compaction(tmp_path):
     log = SinkLog(tmp_path, retention_s=3600)
     old = _files(tmp_path, 0, 1)

@@ -30,6 +30,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from mysqlcdc.sinks.changelog.settings import ChangelogSettings
+from mysqlcdc.sinks.changelog.sinklog import data_files
 from mysqlcdc.sinks.deltacommit import open_table, table_uri
 
 __all__ = ["committed_files", "orphan_files", "remove_orphans", "ParquetCheck", "DeltaCheck",
@@ -92,14 +93,6 @@ def _live_log_entries(meta: Path) -> list[Path]:
     return [batches[n] for n in sorted(batches) if n >= first]
 
 
-def _data_files(root: Path):
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
-        for name in filenames:
-            if not name.startswith((".", "_")):
-                yield Path(dirpath) / name
-
-
 def _newest_log_entry_mtime(root: Path) -> float:
     meta = root / _LOG_DIR
     if not meta.is_dir():
@@ -117,7 +110,7 @@ def orphan_files(root: Path, *, settled_only: bool = False) -> list[Path]:
     committed = committed_files(root)
     cutoff = _newest_log_entry_mtime(root) if settled_only else None
     found = []
-    for path in _data_files(root):
+    for path in data_files(root):
         if Path(os.path.realpath(path)) in committed:
             continue
         if cutoff is not None and path.stat().st_mtime >= cutoff:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
-__all__ = ["SinkLog", "COMPACT_INTERVAL"]
+__all__ = ["SinkLog", "COMPACT_INTERVAL", "data_files"]
 
 COMPACT_INTERVAL = 10        # spark.sql.streaming.fileSink.log.compactInterval's default
 CLEANUP_DELAY_S = 600.0      # spark.sql.streaming.fileSink.log.cleanupDelay's default
@@ -52,6 +52,21 @@ class SinkLog:
             if not entry.name.startswith(".") and stem.isdigit():
                 found[int(stem)] = entry
         return found
+
+    def begin(self) -> bool:
+        """Create the empty log of a new changelog before any task writes a file, as Spark's
+        own sink does when it starts: Spark reading a folder without ``_spark_metadata``
+        lists every file in it, part files still being written included, and fails on
+        their missing footer; with the log it reads only committed batches (none yet).
+
+        A folder that already holds data files but no log is left alone: it is not known
+        to be a changelog. True when the log was created."""
+        if self.folder.is_dir():
+            return False
+        if self.root.is_dir() and any(data_files(self.root)):
+            return False
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return True
 
     def latest(self) -> int:
         """The newest committed batch id (-1 for none)."""
@@ -145,6 +160,16 @@ class SinkLog:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.folder / name)
+
+
+def data_files(root: Path) -> Iterable[Path]:
+    """The data files under ``root``: every file outside hidden and ``_`` folders whose name
+    starts with neither ``.`` nor ``_`` (what Spark's listing reads)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
+        for name in filenames:
+            if not name.startswith((".", "_")):
+                yield Path(dirpath) / name
 
 
 def _derive_interval(default: int, compacted_batches: int) -> int:

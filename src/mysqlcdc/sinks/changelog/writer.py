@@ -67,6 +67,7 @@ def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger
         writer = df.writeStream.foreachBatch(
             delta_batch_writer(settings, checkpoint, written=written))
     elif written is not None:
+        SinkLog(local_path(settings.path)).begin()
         remove_orphans(settings.path)
         writer = df.writeStream.foreachBatch(parquet_batch_committer(settings, checkpoint))
     else:
