@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mysqlcdc.envelope.model import ARROW_SCHEMA
-from mysqlcdc.sinks.changelog.files import (FILES_SCHEMA, PartFiles, escape_partition_value)
+from mysqlcdc.sinks.changelog.files import (FILES_SCHEMA, UNFINISHED_SUFFIX, PartFiles,
+                                            escape_partition_value, remove_unfinished)
 from mysqlcdc.sinks.changelog.maintenance import committed_files, orphan_files
 from mysqlcdc.sinks.changelog.sinklog import SinkLog, _derive_interval
 
@@ -103,6 +104,37 @@ def test_a_failing_input_closes_the_files_and_fails(tmp_path):
 
     with pytest.raises(RuntimeError, match="decoder broke"):
         list(PartFiles(str(tmp_path), batch_id=1, row_group_rows=1).write(broken()))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []   # nothing left behind
+
+
+def test_a_file_being_written_is_hidden_until_the_task_closes_it(tmp_path):
+    rows = [("db", "t", i) for i in range(300)]
+    seen: list[list[str]] = []
+
+    def batches():
+        for i in range(0, 300, 100):
+            yield _batch(rows[i:i + 100])
+            seen.append(sorted(p.name for p in tmp_path.rglob("*") if p.is_file()))
+
+    files = _write(tmp_path, batches(), row_group_rows=100)
+    # while the task runs: only the hidden name, which readers of the folder pass over
+    assert seen[-1] and all(n.startswith(".part-") and n.endswith(UNFINISHED_SUFFIX)
+                            for n in seen[-1])
+    assert ds.dataset(tmp_path, format="parquet").files == [str(tmp_path / files[0]["path"])]
+    (name,) = [p.name for p in tmp_path.rglob("*") if p.is_file()]
+    assert name == Path(files[0]["path"]).name and not name.startswith(".")
+    assert pq.read_table(tmp_path / files[0]["path"]).num_rows == 300
+
+
+def test_the_sink_removes_what_killed_tasks_left_unfinished(tmp_path):
+    kept = _files(tmp_path, 0, 2)
+    part = (tmp_path / kept[0]["path"]).parent
+    (part / f".part-00001-0000000001-abc-0000.c000.snappy.parquet{UNFINISHED_SUFFIX}") \
+        .write_bytes(b"PAR1")
+    (part / ".other-hidden").write_bytes(b"x")
+    assert remove_unfinished(str(tmp_path)) == 1
+    assert sorted(p.name for p in part.iterdir()) == sorted(
+        [".other-hidden", Path(kept[0]["path"]).name])
 
 
 def _files(root: Path, batch_id: int, n: int) -> list[dict]:

@@ -9,6 +9,12 @@ Nobody reads a file until the driver commits the batch: an entry in Spark's
 (``format: delta``). Files of a task attempt that failed, or of a batch killed before
 its commit, are in no commit: readers never see them and maintenance removes them.
 
+A file is written under a hidden name (``.part-….parquet.inprogress``) and renamed to
+its own when the task closes it, so even a reader that lists the folder instead of
+reading the commits (a plain Parquet reader) never meets a file without its footer; the
+hidden files a killed task leaves are removed when the sink starts
+(:func:`remove_unfinished`).
+
 :class:`PartFiles` runs inside the source's own read tasks (DESIGN.md decision 20), so
 the rows go from the decoder to Parquet in one Python process and never cross into the
 JVM; with an ordered transform before the sink it runs as a ``mapInArrow`` instead.
@@ -30,7 +36,8 @@ from typing import Iterator
 
 import pyarrow as pa
 
-__all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value"]
+__all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value",
+           "remove_unfinished", "UNFINISHED_SUFFIX"]
 
 FILES_DDL = ("path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, "
              "stats STRING")
@@ -39,6 +46,7 @@ FILES_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()),
                           ("modification_time", pa.int64()), ("stats", pa.string())])
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+UNFINISHED_SUFFIX = ".inprogress"
 # the characters Spark escapes in a partition folder name (as %XX), so its partition
 # discovery reads back exactly the value that was written
 _ESCAPED = frozenset([chr(c) for c in range(1, 32)] +
@@ -58,6 +66,7 @@ class _File:
     rel: str
     values: dict
     writer: object
+    unfinished: str                 # the hidden name it is written under until closed
     rows: int = 0
     ts_min: int | None = None
     ts_max: int | None = None
@@ -153,8 +162,9 @@ class _TaskFiles:
         if self.parts:
             schema = pa.schema([f for f in schema if f.name not in self.parts])
         dictionary = [name for name in schema.names if name not in _UNIQUE_COLUMNS]
-        entry = _File(rel=rel, values=dict(zip(self.parts, key)),
-                      writer=pq.ParquetWriter(full, schema, compression="snappy",
+        unfinished = os.path.join(os.path.dirname(full), f".{name}{UNFINISHED_SUFFIX}")
+        entry = _File(rel=rel, values=dict(zip(self.parts, key)), unfinished=unfinished,
+                      writer=pq.ParquetWriter(unfinished, schema, compression="snappy",
                                               use_dictionary=dictionary))
         self.files[key] = entry
         return entry
@@ -186,6 +196,10 @@ class _TaskFiles:
                 entry.writer.close()
             except Exception:  # noqa: BLE001 - the task fails with the first error anyway
                 pass
+            try:
+                os.unlink(entry.unfinished)
+            except OSError:
+                pass
 
     def close(self) -> pa.RecordBatch:
         out: dict[str, list] = {name: [] for name in FILES_SCHEMA.names}
@@ -199,6 +213,7 @@ class _TaskFiles:
         for entry in self.files.values():
             entry.writer.close()
             full = os.path.join(self.spec.root, entry.rel)
+            os.replace(entry.unfinished, full)
             stats: dict = {"numRecords": entry.rows}
             if entry.ts_min is not None:
                 stats.update(minValues={"ts_ms": entry.ts_min},
@@ -284,3 +299,20 @@ def _task_place(batch_id: int | None) -> tuple[int, int]:
         prop = tc.getLocalProperty("streaming.sql.batchId")
         batch_id = int(prop) if prop is not None else 0
     return tc.partitionId(), batch_id
+
+
+def remove_unfinished(root: str) -> int:
+    """Delete the hidden files killed tasks left under ``root`` (a local folder) while
+    writing; only when no task of this changelog runs (the sink starting). Returns how
+    many were removed."""
+    removed = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
+        for name in filenames:
+            if name.startswith(".part-") and name.endswith(UNFINISHED_SUFFIX):
+                try:
+                    os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+                except FileNotFoundError:
+                    pass
+    return removed

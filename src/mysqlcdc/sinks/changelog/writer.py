@@ -33,7 +33,7 @@ from mysqlcdc.sinks.changelog.maintenance import (
     maintain_delta,
     remove_orphans,
 )
-from mysqlcdc.sinks.changelog.files import FILES_DDL, PartFiles
+from mysqlcdc.sinks.changelog.files import FILES_DDL, PartFiles, remove_unfinished
 from mysqlcdc.sinks.changelog.settings import ChangelogSettings
 from mysqlcdc.sinks.changelog.sinklog import SinkLog
 from mysqlcdc.sinks.deltacommit import commit_once, open_table, table_uri
@@ -63,11 +63,17 @@ def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger
     ``written``: ``df`` holds what :func:`task_writer`'s files the read tasks wrote (one
     row per file) rather than changes; the value is the envelope's Arrow schema (what the
     files hold, partition columns included). The query then only commits them."""
+    root = local_path(settings.path)
+    if root is not None and root.is_dir():
+        gone = remove_unfinished(str(root))
+        if gone:
+            log.warning("changelog %s: removed %d unfinished file(s) of killed tasks",
+                        settings.path, gone)
     if settings.format == "delta":
         writer = df.writeStream.foreachBatch(
             delta_batch_writer(settings, checkpoint, written=written))
     elif written is not None:
-        SinkLog(local_path(settings.path)).begin()
+        SinkLog(root).begin()
         remove_orphans(settings.path)
         writer = df.writeStream.foreachBatch(parquet_batch_committer(settings, checkpoint))
     else:
