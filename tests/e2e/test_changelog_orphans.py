@@ -16,6 +16,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from mysqlcdc.sinks.changelog import ChangelogSettings, start_changelog
+from mysqlcdc.sinks.changelog.files import UNFINISHED_SUFFIX, owner_tag
 from mysqlcdc.sinks.changelog.maintenance import check_parquet, committed_files
 
 from tests.support.mariadb import binlog_position
@@ -62,6 +63,12 @@ def test_orphans_reported_then_removed_on_start(spark, mariadb, fresh_db, source
     partition = committed[0].parent
     shutil.copy(committed[0], partition / "part-00000-killed-batch.c000.snappy.parquet")
     (partition / "part-00001-killed-batch.c000.snappy.parquet").write_bytes(b"")
+    # and what tasks killed while writing leave: hidden, this sink's and another writer's
+    unfinished = ".part-00002-0000000009-abc-0000.c000.snappy.parquet.{}" + UNFINISHED_SUFFIX
+    mine = partition / unfinished.format(owner_tag("mysqlcdc", 0))
+    theirs = partition / unfinished.format(owner_tag("other-pipeline", 0))
+    mine.write_bytes(b"PAR1")
+    theirs.write_bytes(b"PAR1")
     report = check_parquet(path)
     assert (report.orphan_files, report.empty_orphans) == (2, 1)
     assert report.committed_rows == len(spark_seqs) and report.plain_reader_rows is None
@@ -85,6 +92,7 @@ sinks:
     _run_once(spark, source_options, fresh_db, start, path, checkpoint)
     assert set(committed) <= committed_files(Path(path))
     assert all(f.is_file() for f in committed)
+    assert not mine.exists() and theirs.exists()       # its own leftovers only
     spark_seqs = sorted(int(r["seq"]) for r in spark.read.parquet(path).select("seq").collect())
     assert _plain(path) == spark_seqs and len(spark_seqs) == len(set(spark_seqs))
     checked = _cli("changelog", "check", str(config))
@@ -104,6 +112,12 @@ def test_vacuum_while_running_spares_files_newer_than_the_log(spark, mariadb, fr
     os.utime(old, (1_000_000_000, 1_000_000_000))          # older than every log entry
     fresh = committed[0].parent / "part-00000-in-flight.c000.snappy.parquet"
     shutil.copy(committed[0], fresh)                         # as a batch being written now
+    unfinished = ".part-00001-0000000007-abc-0000.c000.snappy.parquet.{}" + UNFINISHED_SUFFIX
+    old_unfinished = committed[0].parent / unfinished.format("killed")
+    old_unfinished.write_bytes(b"PAR1")
+    os.utime(old_unfinished, (1_000_000_000, 1_000_000_000))
+    writing = committed[0].parent / unfinished.format("writing")
+    writing.write_bytes(b"PAR1")                             # a task writing right now
     config = tmp_path / "pipeline.yaml"
     config.write_text(f"""
 name: vacuum
@@ -114,7 +128,9 @@ sinks:
 """)
     done = _cli("changelog", "vacuum", str(config))
     assert done.returncode == 0 and "removed 1 file(s)" in done.stdout, done.stdout + done.stderr
+    assert "and 1 unfinished file(s) of killed tasks" in " ".join(done.stdout.split())
     assert not old.exists() and fresh.exists() and all(f.is_file() for f in committed)
+    assert not old_unfinished.exists() and writing.exists()
 
 
 def test_parquet_retention_drops_old_files_for_spark_and_plain_readers(spark, mariadb, fresh_db,

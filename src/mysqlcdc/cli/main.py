@@ -598,8 +598,9 @@ def changelog_vacuum(pipeline: Path = typer.Argument(..., help="Pipeline YAML fi
     """Delete files no longer needed (safe while the pipeline runs).
 
     Delta: the files no version within `vacuum_after` needs. Parquet: the leftover files
-    of killed batches."""
-    from mysqlcdc.sinks.changelog.maintenance import maintain_delta, remove_orphans
+    of killed batches and tasks."""
+    from mysqlcdc.sinks.changelog.maintenance import (maintain_delta, remove_orphans,
+                                                      remove_settled_unfinished)
 
     try:
         for index, settings in _changelog_sinks(pipeline, sink):
@@ -611,6 +612,9 @@ def changelog_vacuum(pipeline: Path = typer.Argument(..., help="Pipeline YAML fi
             else:
                 line = (f"removed {len(remove_orphans(settings.path, settled_only=True))} "
                         "file(s) of killed batches")
+                unfinished = remove_settled_unfinished(settings.path)
+                if unfinished:
+                    line += f" and {unfinished} unfinished file(s) of killed tasks"
             out.print(f"changelog {index}: {line}", highlight=False)
     except MysqlcdcError as err:
         _fail(err)

@@ -17,7 +17,8 @@ import pytest
 
 from mysqlcdc.envelope.model import ARROW_SCHEMA
 from mysqlcdc.sinks.changelog.files import (FILES_SCHEMA, UNFINISHED_SUFFIX, PartFiles,
-                                            escape_partition_value, remove_unfinished)
+                                            escape_partition_value, owner_tag,
+                                            remove_unfinished)
 from mysqlcdc.sinks.changelog.maintenance import committed_files, orphan_files
 from mysqlcdc.sinks.changelog.sinklog import SinkLog, _derive_interval
 
@@ -116,9 +117,9 @@ def test_a_file_being_written_is_hidden_until_the_task_closes_it(tmp_path):
             yield _batch(rows[i:i + 100])
             seen.append(sorted(p.name for p in tmp_path.rglob("*") if p.is_file()))
 
-    files = _write(tmp_path, batches(), row_group_rows=100)
+    files = _write(tmp_path, batches(), row_group_rows=100, owner="tag1")
     # while the task runs: only the hidden name, which readers of the folder pass over
-    assert seen[-1] and all(n.startswith(".part-") and n.endswith(UNFINISHED_SUFFIX)
+    assert seen[-1] and all(n.startswith(".part-") and n.endswith(f".tag1{UNFINISHED_SUFFIX}")
                             for n in seen[-1])
     assert ds.dataset(tmp_path, format="parquet").files == [str(tmp_path / files[0]["path"])]
     (name,) = [p.name for p in tmp_path.rglob("*") if p.is_file()]
@@ -126,15 +127,22 @@ def test_a_file_being_written_is_hidden_until_the_task_closes_it(tmp_path):
     assert pq.read_table(tmp_path / files[0]["path"]).num_rows == 300
 
 
-def test_the_sink_removes_what_killed_tasks_left_unfinished(tmp_path):
+def test_the_sink_removes_what_its_killed_tasks_left_unfinished(tmp_path):
     kept = _files(tmp_path, 0, 2)
     part = (tmp_path / kept[0]["path"]).parent
-    (part / f".part-00001-0000000001-abc-0000.c000.snappy.parquet{UNFINISHED_SUFFIX}") \
-        .write_bytes(b"PAR1")
+    mine, theirs = owner_tag("shop", 0), owner_tag("shop", 1)
+    assert mine != theirs and mine == owner_tag("shop", 0)
+    name = ".part-00001-0000000001-abc-0000.c000.snappy.parquet"
+    (part / f"{name}.{mine}{UNFINISHED_SUFFIX}").write_bytes(b"PAR1")
+    (part / f"{name}.{theirs}{UNFINISHED_SUFFIX}").write_bytes(b"PAR1")   # another writer's
     (part / ".other-hidden").write_bytes(b"x")
-    assert remove_unfinished(str(tmp_path)) == 1
+    assert remove_unfinished(str(tmp_path), mine) == 1
     assert sorted(p.name for p in part.iterdir()) == sorted(
-        [".other-hidden", Path(kept[0]["path"]).name])
+        [".other-hidden", f"{name}.{theirs}{UNFINISHED_SUFFIX}", Path(kept[0]["path"]).name])
+    # a vacuum while writers run: only what was last written before the cutoff
+    assert remove_unfinished(str(tmp_path), older_than=time.time() - 3600) == 0
+    assert remove_unfinished(str(tmp_path), older_than=time.time() + 1) == 1
+    assert sorted(p.name for p in part.iterdir()) == [".other-hidden", Path(kept[0]["path"]).name]
 
 
 def _files(root: Path, batch_id: int, n: int) -> list[dict]:

@@ -9,11 +9,11 @@ Nobody reads a file until the driver commits the batch: an entry in Spark's
 (``format: delta``). Files of a task attempt that failed, or of a batch killed before
 its commit, are in no commit: readers never see them and maintenance removes them.
 
-A file is written under a hidden name (``.part-….parquet.inprogress``) and renamed to
-its own when the task closes it, so even a reader that lists the folder instead of
-reading the commits (a plain Parquet reader) never meets a file without its footer; the
-hidden files a killed task leaves are removed when the sink starts
-(:func:`remove_unfinished`).
+A file is written under a hidden name (``.part-….parquet.OWNER.inprogress``, OWNER
+naming the pipeline's sink) and renamed to its own when the task closes it, so even a
+reader that lists the folder instead of reading the commits (a plain Parquet reader)
+never meets a file without its footer; the hidden files a killed task leaves are removed
+when the same sink starts again (:func:`remove_unfinished`), never another writer's.
 
 :class:`PartFiles` runs inside the source's own read tasks (DESIGN.md decision 20), so
 the rows go from the decoder to Parquet in one Python process and never cross into the
@@ -37,7 +37,7 @@ from typing import Iterator
 import pyarrow as pa
 
 __all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value",
-           "remove_unfinished", "UNFINISHED_SUFFIX"]
+           "remove_unfinished", "owner_tag", "UNFINISHED_SUFFIX"]
 
 FILES_DDL = ("path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, "
              "stats STRING")
@@ -82,13 +82,15 @@ class PartFiles:
     executor sees) and yields one ``FILES_SCHEMA`` batch naming them.
 
     ``batch_id``: the micro-batch, for the file names (from the task's local properties
-    when None). ``row_group_rows``: rows per Parquet row group."""
+    when None). ``row_group_rows``: rows per Parquet row group. ``owner``: the writer's
+    tag in the hidden name a file has while it is written (:func:`owner_tag`)."""
 
     root: str
     partition_by: tuple[str, ...] = ("db", "table")
     batch_id: int | None = None
     row_group_rows: int = 131072
     buffer_bytes: int = 64 << 20
+    owner: str = "mysqlcdc"
 
     ddl = FILES_DDL
 
@@ -162,7 +164,8 @@ class _TaskFiles:
         if self.parts:
             schema = pa.schema([f for f in schema if f.name not in self.parts])
         dictionary = [name for name in schema.names if name not in _UNIQUE_COLUMNS]
-        unfinished = os.path.join(os.path.dirname(full), f".{name}{UNFINISHED_SUFFIX}")
+        unfinished = os.path.join(os.path.dirname(full),
+                                  f".{name}.{self.spec.owner}{UNFINISHED_SUFFIX}")
         entry = _File(rel=rel, values=dict(zip(self.parts, key)), unfinished=unfinished,
                       writer=pq.ParquetWriter(unfinished, schema, compression="snappy",
                                               use_dictionary=dictionary))
@@ -301,17 +304,30 @@ def _task_place(batch_id: int | None) -> tuple[int, int]:
     return tc.partitionId(), batch_id
 
 
-def remove_unfinished(root: str) -> int:
+def owner_tag(pipeline: str, sink_index: int) -> str:
+    """The tag of one pipeline's sink in the hidden names of the files it is writing."""
+    import hashlib
+
+    return hashlib.sha256(f"{pipeline}\x00{sink_index}".encode()).hexdigest()[:12]
+
+
+def remove_unfinished(root: str, owner: str | None = None,
+                      older_than: float | None = None) -> int:
     """Delete the hidden files killed tasks left under ``root`` (a local folder) while
-    writing; only when no task of this changelog runs (the sink starting). Returns how
-    many were removed."""
+    writing: ``owner``'s only (when its sink starts, no task of it runs), or every
+    writer's last modified before ``older_than`` (a time; a vacuum while pipelines run).
+    Returns how many were removed."""
     removed = 0
+    tail = f".{owner}{UNFINISHED_SUFFIX}" if owner else UNFINISHED_SUFFIX
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
         for name in filenames:
-            if name.startswith(".part-") and name.endswith(UNFINISHED_SUFFIX):
+            if name.startswith(".part-") and name.endswith(tail):
+                path = os.path.join(dirpath, name)
                 try:
-                    os.unlink(os.path.join(dirpath, name))
+                    if older_than is not None and os.stat(path).st_mtime >= older_than:
+                        continue
+                    os.unlink(path)
                     removed += 1
                 except FileNotFoundError:
                     pass

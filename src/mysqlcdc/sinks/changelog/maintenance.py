@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from mysqlcdc.sinks.changelog.files import remove_unfinished
 from mysqlcdc.sinks.changelog.settings import ChangelogSettings
 from mysqlcdc.sinks.changelog.sinklog import data_files
 from mysqlcdc.sinks.deltacommit import open_table, table_uri
 
-__all__ = ["committed_files", "orphan_files", "remove_orphans", "ParquetCheck", "DeltaCheck",
-           "check", "maintain_delta", "Maintenance", "local_path"]
+__all__ = ["committed_files", "orphan_files", "remove_orphans", "remove_settled_unfinished",
+           "ParquetCheck", "DeltaCheck", "check", "maintain_delta", "Maintenance", "local_path"]
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +140,16 @@ def remove_orphans(path: str, *, settled_only: bool = False) -> list[Path]:
         log.warning("changelog %s: removed %d file(s) of killed batches that were never "
                     "committed", path, len(removed))
     return removed
+
+
+def remove_settled_unfinished(path: str) -> int:
+    """Delete the hidden files killed tasks of any writer left in a Parquet changelog,
+    those last written before its newest log entry (a running batch's files are newer:
+    batches are written one after the other), while pipelines may run. Returns how many."""
+    root = local_path(path)
+    if root is None or not (root / _LOG_DIR).is_dir():
+        return 0
+    return remove_unfinished(str(root), older_than=_newest_log_entry_mtime(root))
 
 
 @dataclass

@@ -33,7 +33,7 @@ from mysqlcdc.sinks.changelog.maintenance import (
     maintain_delta,
     remove_orphans,
 )
-from mysqlcdc.sinks.changelog.files import FILES_DDL, PartFiles, remove_unfinished
+from mysqlcdc.sinks.changelog.files import FILES_DDL, PartFiles, owner_tag, remove_unfinished
 from mysqlcdc.sinks.changelog.settings import ChangelogSettings
 from mysqlcdc.sinks.changelog.sinklog import SinkLog
 from mysqlcdc.sinks.deltacommit import commit_once, open_table, table_uri
@@ -53,7 +53,8 @@ def task_writer(settings: ChangelogSettings) -> PartFiles | None:
         return None
     root = table_uri(settings.path) if settings.format == "delta" else \
         str(local_path(settings.path))
-    return PartFiles(root=root, partition_by=tuple(settings.partition_by))
+    return PartFiles(root=root, partition_by=tuple(settings.partition_by),
+                     owner=owner_tag(settings.pipeline, settings.sink_index))
 
 
 def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger_interval: str,
@@ -65,7 +66,7 @@ def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger
     files hold, partition columns included). The query then only commits them."""
     root = local_path(settings.path)
     if root is not None and root.is_dir():
-        gone = remove_unfinished(str(root))
+        gone = remove_unfinished(str(root), owner_tag(settings.pipeline, settings.sink_index))
         if gone:
             log.warning("changelog %s: removed %d unfinished file(s) of killed tasks",
                         settings.path, gone)
@@ -208,7 +209,9 @@ def delta_batch_writer(settings: ChangelogSettings, checkpoint: str | None, *, w
                 note_written(state["query"], batch_id, _changes(files))
             else:
                 schema = _arrow_schema(df.schema)
-                files = df.mapInArrow(PartFiles(uri, tuple(settings.partition_by), batch_id),
+                files = df.mapInArrow(PartFiles(uri, tuple(settings.partition_by), batch_id,
+                                                owner=owner_tag(settings.pipeline,
+                                                                settings.sink_index)),
                                       FILES_DDL).collect()
             done = time.perf_counter()
             if files:
