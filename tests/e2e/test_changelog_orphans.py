@@ -86,6 +86,7 @@ sinks:
     checked = _cli("changelog", "check", str(config))
     assert checked.returncode == 1, checked.stdout + checked.stderr
     assert "2 orphan file(s)" in checked.stdout and "fails (a 0-byte file)" in checked.stdout
+    assert "2 hidden unfinished file(s)" in checked.stdout, checked.stdout
 
     # The restarted sink removes exactly the two leftovers; committed files stay.
     mariadb.sql(f"INSERT INTO `{fresh_db}`.t VALUES (21)")
@@ -97,6 +98,7 @@ sinks:
     assert _plain(path) == spark_seqs and len(spark_seqs) == len(set(spark_seqs))
     checked = _cli("changelog", "check", str(config))
     assert checked.returncode == 0 and "no orphans" in checked.stdout, checked.stdout
+    assert "1 hidden unfinished file(s)" in checked.stdout, checked.stdout   # the other's
 
 
 def test_vacuum_while_running_spares_files_newer_than_the_log(spark, mariadb, fresh_db,

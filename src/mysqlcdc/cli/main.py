@@ -615,7 +615,7 @@ def changelog_vacuum(pipeline: Path = typer.Argument(..., help="Pipeline YAML fi
                 unfinished = remove_settled_unfinished(settings.path)
                 if unfinished:
                     line += f" and {unfinished} unfinished file(s) of killed tasks"
-            out.print(f"changelog {index}: {line}", highlight=False)
+            out.print(f"changelog {index}: {line}", highlight=False, soft_wrap=True)
     except MysqlcdcError as err:
         _fail(err)
 

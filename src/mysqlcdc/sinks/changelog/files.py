@@ -37,7 +37,7 @@ from typing import Iterator
 import pyarrow as pa
 
 __all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value",
-           "remove_unfinished", "owner_tag", "UNFINISHED_SUFFIX"]
+           "remove_unfinished", "unfinished_files", "owner_tag", "UNFINISHED_SUFFIX"]
 
 FILES_DDL = ("path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, "
              "stats STRING")
@@ -311,6 +311,18 @@ def owner_tag(pipeline: str, sink_index: int) -> str:
     return hashlib.sha256(f"{pipeline}\x00{sink_index}".encode()).hexdigest()[:12]
 
 
+def unfinished_files(root: str, owner: str | None = None) -> list[str]:
+    """The hidden files under ``root`` that tasks are writing or killed tasks left:
+    ``owner``'s only when given."""
+    found = []
+    tail = f".{owner}{UNFINISHED_SUFFIX}" if owner else UNFINISHED_SUFFIX
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
+        found += [os.path.join(dirpath, name) for name in filenames
+                  if name.startswith(".part-") and name.endswith(tail)]
+    return found
+
+
 def remove_unfinished(root: str, owner: str | None = None,
                       older_than: float | None = None) -> int:
     """Delete the hidden files killed tasks left under ``root`` (a local folder) while
@@ -318,17 +330,12 @@ def remove_unfinished(root: str, owner: str | None = None,
     writer's last modified before ``older_than`` (a time; a vacuum while pipelines run).
     Returns how many were removed."""
     removed = 0
-    tail = f".{owner}{UNFINISHED_SUFFIX}" if owner else UNFINISHED_SUFFIX
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
-        for name in filenames:
-            if name.startswith(".part-") and name.endswith(tail):
-                path = os.path.join(dirpath, name)
-                try:
-                    if older_than is not None and os.stat(path).st_mtime >= older_than:
-                        continue
-                    os.unlink(path)
-                    removed += 1
-                except FileNotFoundError:
-                    pass
+    for path in unfinished_files(root, owner):
+        try:
+            if older_than is not None and os.stat(path).st_mtime >= older_than:
+                continue
+            os.unlink(path)
+            removed += 1
+        except FileNotFoundError:
+            pass
     return removed

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from mysqlcdc.sinks.changelog.files import remove_unfinished
+from mysqlcdc.sinks.changelog.files import remove_unfinished, unfinished_files
 from mysqlcdc.sinks.changelog.settings import ChangelogSettings
 from mysqlcdc.sinks.changelog.sinklog import data_files
 from mysqlcdc.sinks.deltacommit import open_table, table_uri
@@ -160,6 +160,7 @@ class ParquetCheck:
     orphan_files: int = 0
     orphan_rows: int = 0
     empty_orphans: int = 0
+    unfinished_files: int = 0
     missing_files: list[str] = field(default_factory=list)
 
     @property
@@ -176,6 +177,9 @@ class ParquetCheck:
     def line(self) -> str:
         head = (f"parquet {self.path}: {self.committed_files} committed files, "
                 f"{self.committed_rows} changes")
+        if self.unfinished_files:
+            head += (f", {self.unfinished_files} hidden unfinished file(s) (being written, "
+                     "or left by killed tasks: no reader sees them)")
         if self.missing_files:
             return (f"{head}; {len(self.missing_files)} committed file(s) MISSING, e.g. "
                     f"{self.missing_files[0]}")
@@ -203,6 +207,7 @@ def check_parquet(path: str) -> ParquetCheck:
         return result
     committed = committed_files(root)
     result.committed_files = len(committed)
+    result.unfinished_files = len(unfinished_files(str(root)))
     for f in committed:
         if not f.is_file():
             result.missing_files.append(str(f))
