@@ -37,7 +37,8 @@ from typing import Iterator
 import pyarrow as pa
 
 __all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value",
-           "remove_unfinished", "unfinished_files", "owner_tag", "UNFINISHED_SUFFIX"]
+           "remove_unfinished", "unfinished_files", "files_under", "owner_tag",
+           "UNFINISHED_SUFFIX"]
 
 FILES_DDL = ("path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, "
              "stats STRING")
@@ -311,16 +312,21 @@ def owner_tag(pipeline: str, sink_index: int) -> str:
     return hashlib.sha256(f"{pipeline}\x00{sink_index}".encode()).hexdigest()[:12]
 
 
+def files_under(root: str | os.PathLike) -> Iterator[tuple[str, str]]:
+    """``(folder, name)`` of every file under ``root`` outside hidden and ``_`` folders
+    (``_spark_metadata``, ``_delta_log``): where the changelog's data files live."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
+        for name in filenames:
+            yield dirpath, name
+
+
 def unfinished_files(root: str, owner: str | None = None) -> list[str]:
     """The hidden files under ``root`` that tasks are writing or killed tasks left:
     ``owner``'s only when given."""
-    found = []
     tail = f".{owner}{UNFINISHED_SUFFIX}" if owner else UNFINISHED_SUFFIX
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
-        found += [os.path.join(dirpath, name) for name in filenames
-                  if name.startswith(".part-") and name.endswith(tail)]
-    return found
+    return [os.path.join(folder, name) for folder, name in files_under(root)
+            if name.startswith(".part-") and name.endswith(tail)]
 
 
 def remove_unfinished(root: str, owner: str | None = None,

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from mysqlcdc.sinks.changelog.files import files_under
+
 __all__ = ["SinkLog", "COMPACT_INTERVAL", "data_files"]
 
 COMPACT_INTERVAL = 10        # spark.sql.streaming.fileSink.log.compactInterval's default
@@ -165,11 +167,8 @@ class SinkLog:
 def data_files(root: Path) -> Iterable[Path]:
     """The data files under ``root``: every file outside hidden and ``_`` folders whose name
     starts with neither ``.`` nor ``_`` (what Spark's listing reads)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not d.startswith((".", "_"))]
-        for name in filenames:
-            if not name.startswith((".", "_")):
-                yield Path(dirpath) / name
+    return (Path(folder) / name for folder, name in files_under(root)
+            if not name.startswith((".", "_")))
 
 
 def _derive_interval(default: int, compacted_batches: int) -> int:
