@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -13,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mysqlcdc.errors import MysqlcdcError
+from mysqlcdc.process import exit_now
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode="markdown",
@@ -77,32 +77,6 @@ def main() -> None:
                       "report it if it is a mysqlcdc bug.", highlight=False, soft_wrap=True)
         sys.exit(1)
     exit_now(code if isinstance(code, int) else 0)
-
-
-def exit_now(code: int) -> None:
-    """Ends a command whose work is done, without the interpreter's teardown.
-
-    Python's exit steps that matter are taken as the interpreter takes them: threads that
-    are not daemons are joined (and ``threading``'s own exit hooks run), then the
-    ``atexit`` functions, then the output is flushed. What is skipped is the teardown of
-    the modules a command imported (pyspark, pyarrow, numpy, ... some 800), which took
-    0.17-0.2 s after every ``mysqlcdc run`` and does nothing a user can see: its
-    Spark JVM ends on its own when this process does, as it did."""
-    import atexit
-    import threading
-
-    shutdown = getattr(threading, "_shutdown", None)
-    run_exit = getattr(atexit, "_run_exitfuncs", None)
-    if shutdown is None or run_exit is None:     # another Python: its own exit
-        sys.exit(code)
-    shutdown()
-    run_exit()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):            # a closed pipe, a closed stream
-            pass
-    os._exit(code)
 
 
 @app.command()

@@ -401,4 +401,6 @@ class _WithoutPandas:
 if __name__ == "__main__":
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _WithoutPandas())
-    sys.exit(main())
+    from mysqlcdc.process import exit_now
+
+    exit_now(main())

@@ -10,7 +10,7 @@ import textwrap
 _SCRIPT = textwrap.dedent("""
     import atexit, sys, threading, time
     from pathlib import Path
-    from mysqlcdc.cli.main import exit_now
+    from mysqlcdc.process import exit_now
 
     folder = Path(sys.argv[1])
 
@@ -47,7 +47,7 @@ def test_exit_now_into_a_closed_pipe_ends_quietly(tmp_path):
     script = textwrap.dedent("""
         import atexit, os, sys, time
         from pathlib import Path
-        from mysqlcdc.cli.main import exit_now
+        from mysqlcdc.process import exit_now
 
         folder = Path(sys.argv[1])
         sys.stdout = open(sys.stdout.fileno(), "w", buffering=1 << 20, closefd=False)
