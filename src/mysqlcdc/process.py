@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 __all__ = ["exit_now"]
 
 
-def exit_now(code: int) -> None:
+def exit_now(code: int) -> NoReturn:
     """Ends a command whose work is done, without the interpreter's teardown.
 
     Python's exit steps that matter are taken as the interpreter takes them: threads that
@@ -17,7 +18,7 @@ def exit_now(code: int) -> None:
     the modules a command imported (pyspark, pyarrow, numpy, ... some 800), which took
     0.17-0.2 s after every ``mysqlcdc run`` and does nothing a user can see: its
     Spark JVM ends on its own when this process does, as it did. The decode-ahead
-    processes end the same way (DESIGN.md decision 24)."""
+    processes end the same way (DESIGN.md decision 28)."""
     import atexit
     import threading
 
