@@ -135,12 +135,17 @@ class MariaDB:
         self._spawn(timeout)
 
     def _install(self, datadir: Path) -> None:
+        # the install's bootstrap server gets the folder of its own too (the options
+        # the script does not know go to it): in /tmp, a server starting beside it
+        # removed its temporary table mid-install ("Could not remove temporary table")
+        (self.basedir / "tmp").mkdir(exist_ok=True)
         cmd = [
             find_binary("mariadb-install-db"),
             f"--datadir={datadir}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
             "--user=root",
+            f"--tmpdir={self.basedir}/tmp",
         ]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
