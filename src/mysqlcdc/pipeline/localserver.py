@@ -104,10 +104,16 @@ class MariaDB:
         self._spawn(timeout)
         return self
 
+    def _tmpdir(self) -> Path:
+        """The server's own temporary folder, made. Two servers sharing /tmp remove each
+        other's internal temporary tables: a server removes every ``#sql`` file of its
+        folder when it starts, mid-way through another's install ("Could not remove
+        temporary table") or query."""
+        folder = self.basedir / "tmp"
+        folder.mkdir(exist_ok=True)
+        return folder
+
     def _spawn(self, timeout: float) -> None:
-        # Each server its own temp folder: two servers sharing /tmp can remove each
-        # other's internal temporary tables (their file names are not unique across servers).
-        (self.basedir / "tmp").mkdir(exist_ok=True)
         self.process = subprocess.Popen(
             self._command(self.datadir),
             stdout=open(self.basedir / "stdout.log", "ab"),
@@ -135,17 +141,13 @@ class MariaDB:
         self._spawn(timeout)
 
     def _install(self, datadir: Path) -> None:
-        # the install's bootstrap server gets the folder of its own too (the options
-        # the script does not know go to it): in /tmp, a server starting beside it
-        # removed its temporary table mid-install ("Could not remove temporary table")
-        (self.basedir / "tmp").mkdir(exist_ok=True)
         cmd = [
             find_binary("mariadb-install-db"),
             f"--datadir={datadir}",
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
             "--user=root",
-            f"--tmpdir={self.basedir}/tmp",
+            f"--tmpdir={self._tmpdir()}",     # passed on to the install's bootstrap server
         ]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
@@ -162,7 +164,7 @@ class MariaDB:
             "--bind-address=127.0.0.1",
             f"--socket={self.basedir}/mysqld.sock",
             f"--pid-file={self.basedir}/mysqld.pid",
-            f"--tmpdir={self.basedir}/tmp",
+            f"--tmpdir={self._tmpdir()}",
             f"--log-error={self.basedir}/error.log",
             "--user=root",
         ]
