@@ -135,11 +135,13 @@ class MysqlcdcDataSource(DataSource):
 
     def schema(self) -> str:
         from mysqlcdc.spark.taskwrite import read_writer
-        from mysqlcdc.spark.transforms import read_chain, schema_ddl
 
         writer = read_writer(self.options)
         if writer is not None:
             return writer.ddl                          # what the sink's task writer yields
+        # the transforms' module imports pyarrow: only a source without a writer needs it
+        from mysqlcdc.spark.transforms import read_chain, schema_ddl
+
         return schema_ddl(read_chain(self.options))   # the envelope (+ transforms' columns)
 
     def streamReader(self, schema) -> DataSourceStreamReader:

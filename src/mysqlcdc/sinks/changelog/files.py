@@ -28,13 +28,15 @@ one row group at a time.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import pyarrow as pa
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value",
            "remove_unfinished", "unfinished_files", "files_under", "owner_tag",
@@ -42,9 +44,23 @@ __all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value",
 
 FILES_DDL = ("path STRING, size BIGINT, partition_values STRING, modification_time BIGINT, "
              "stats STRING")
-FILES_SCHEMA = pa.schema([("path", pa.string()), ("size", pa.int64()),
-                          ("partition_values", pa.string()),
-                          ("modification_time", pa.int64()), ("stats", pa.string())])
+
+
+@functools.cache
+def _files_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    return pa.schema([("path", pa.string()), ("size", pa.int64()),
+                      ("partition_values", pa.string()),
+                      ("modification_time", pa.int64()), ("stats", pa.string())])
+
+
+def __getattr__(name: str):
+    # ``FILES_SCHEMA`` is made when first asked for: a sink's task writer is unpickled
+    # where Spark only asks the source for its schema (DDL text), which needs no pyarrow
+    if name == "FILES_SCHEMA":
+        return _files_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 UNFINISHED_SUFFIX = ".inprogress"
@@ -163,6 +179,8 @@ class _TaskFiles:
         os.makedirs(os.path.dirname(full), exist_ok=True)
         schema = batch.schema
         if self.parts:
+            import pyarrow as pa
+
             schema = pa.schema([f for f in schema if f.name not in self.parts])
         dictionary = [name for name in schema.names if name not in _UNIQUE_COLUMNS]
         unfinished = os.path.join(os.path.dirname(full),
@@ -176,6 +194,8 @@ class _TaskFiles:
     def _flush(self, entry: _File) -> None:
         if not entry.pending:
             return
+        import pyarrow as pa
+
         table = pa.Table.from_batches(entry.pending)
         self.buffered -= entry.pending_bytes
         entry.pending, entry.pending_rows, entry.pending_bytes = [], 0, 0
@@ -206,7 +226,10 @@ class _TaskFiles:
                 pass
 
     def close(self) -> pa.RecordBatch:
-        out: dict[str, list] = {name: [] for name in FILES_SCHEMA.names}
+        import pyarrow as pa
+
+        schema = _files_schema()
+        out: dict[str, list] = {name: [] for name in schema.names}
         try:
             for entry in self.files.values():
                 self._flush(entry)
@@ -230,7 +253,7 @@ class _TaskFiles:
             out["modification_time"].append(int(os.path.getmtime(full) * 1000))
             out["stats"].append(json.dumps(stats))
         self.files.clear()
-        return pa.RecordBatch.from_pydict(out, schema=FILES_SCHEMA)
+        return pa.RecordBatch.from_pydict(out, schema=schema)
 
 
 def _write_group(entry: _File, table: pa.Table) -> None:
@@ -257,6 +280,7 @@ def _split(batch: pa.RecordBatch, parts: list[str]):
 
     A read task's batch is mostly one table's rows in runs: when every partition column
     holds one value, the batch is one part as it is."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     cols = [batch.column(c) for c in parts]
@@ -276,6 +300,7 @@ def _split(batch: pa.RecordBatch, parts: list[str]):
 
 def _single(column) -> bool:
     """Whether every value of ``column`` is the same (nulls included)."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     if len(column) == 0:
