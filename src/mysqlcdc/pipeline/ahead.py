@@ -29,6 +29,7 @@ import logging
 import os
 import pickle
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -163,24 +164,38 @@ def _watch_parent(parent: int) -> None:
 def main() -> int:
     from mysqlcdc.spark.ahead import OPTION, Ledger
 
-    if sys.argv[1:] == ["--helper"]:
-        return _helper()
-
     logging.basicConfig(level=logging.DEBUG if os.environ.get("MYSQLCDC_AHEAD_DEBUG") else
                         logging.WARNING, format="decode-ahead %(relativeCreated)d: %(message)s")
     options = json.loads(sys.stdin.read())
+    # the slice helpers are forked now, before this process starts a thread: they begin
+    # with the decoder imported (a spawned interpreter spent a third of a CPU second on
+    # its imports, beside the decoding of the first batch)
+    slices = _slices(_block(options))
+    try:
+        helpers = _Helpers(slices - 1) if slices > 1 else None
+    except OSError as exc:
+        log.info("no slice helper: %s", exc)
+        helpers = None
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     ledger = Ledger(options[OPTION])
     try:
-        reason = _run(options, ledger)
+        reason = _run(options, ledger, helpers)
     except Exception as exc:   # noqa: BLE001 - the query does the work itself, as without us
         log.info("stopped: %s", exc)
         reason = f"error: {type(exc).__name__}: {exc}"
+    finally:
+        if helpers is not None:
+            helpers.close()
     ledger.over(reason)
     return 0
 
 
-def _run(options: dict[str, str], ledger) -> str:
+def _block(options: dict[str, str]) -> int:
+    """How many replica ids the decode-ahead may use (``PipelineConfig.replica_ids``)."""
+    return 1 + int(options.get("parallelism") or 1)
+
+
+def _run(options: dict[str, str], ledger, helpers: _Helpers | None) -> str:
     from dataclasses import replace
 
     from mysqlcdc.capture import batchend
@@ -193,13 +208,12 @@ def _run(options: dict[str, str], ledger) -> str:
     # take (decode-ahead runs for one sink only; ``PipelineConfig.replica_ids``): never
     # the query's or its read task's, which connect at the same time
     given = {k: v for k, v in options.items() if k not in ("decodeAhead", START)}
-    block = 1 + int(given.get("parallelism") or 1)
+    block = _block(given)
     server_id = int(given["serverId"]) + block
     parsed = SourceOptions.parse({**given, "serverId": str(server_id)})
     reader = MysqlcdcStreamReader(parsed)
     reader._runway_at = float("inf")       # the query keeps the runway record, not us
-    slices = _slices(block)
-    helpers = None               # the processes that decode a batch's later slices
+    slices = 1 if helpers is None else len(helpers.procs) + 1
     start = options.get(START) or reader.initialOffset()
     limit = reader.getDefaultReadLimit()
     try:
@@ -226,8 +240,6 @@ def _run(options: dict[str, str], ledger) -> str:
             # bytes, where the walk is cheap beside decoding (large events)
             cuts = [] if slices == 1 else reader.planner.exact_cuts(end, slices) or \
                 [(c, None) for c in reader.planner.cuts_of(end, slices, SLICE_EVENT_BYTES)]
-            if cuts and helpers is None:
-                helpers = _Helpers(slices - 1)
             spools = ledger.plan(start, end, fingerprint(task), len(cuts) + 1)
             log.debug("planned %s in %d slices%s", spools[0].name, len(spools),
                       " (exact cuts)" if cuts and cuts[0][1] is not None else "")
@@ -251,8 +263,6 @@ def _run(options: dict[str, str], ledger) -> str:
             start = end
     finally:
         reader.stop()
-        if helpers is not None:
-            helpers.close()
 
 
 def _slices(block: int) -> int:
@@ -264,57 +274,87 @@ def _slices(block: int) -> int:
     return max(1, min(wanted, block))
 
 
+class _Helper:
+    """One slice helper: a child process and the two pipes to it."""
+
+    def __init__(self, pid: int, jobs, results) -> None:
+        self.pid, self.jobs, self.results = pid, jobs, results
+
+
 class _Helpers:
-    """Processes that decode slices of a batch beside the decode-ahead (``python -m
-    mysqlcdc.pipeline.ahead --helper``, started for the first batch cut in slices; they
-    exit when their input closes or their parent is gone)."""
+    """Processes that decode slices of a batch beside the decode-ahead: forked from it
+    before it starts a thread, they exit when their job pipe closes or their parent is
+    gone."""
 
     def __init__(self, count: int) -> None:
-        self.procs = [subprocess.Popen([sys.executable, "-m", "mysqlcdc.pipeline.ahead",
-                                        "--helper"], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, close_fds=True)
-                      for _ in range(count)]
+        from mysqlcdc.capture import task as _task  # noqa: F401 - what the helpers run
+        from mysqlcdc.spark import ahead as _ahead  # noqa: F401
+
+        self.procs: list[_Helper] = []
+        for _ in range(count):
+            jobs_r, jobs_w = os.pipe()
+            results_r, results_w = os.pipe()
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            pid = os.fork()
+            if pid == 0:                                   # the helper
+                code = 1
+                try:
+                    os.close(jobs_w)
+                    os.close(results_r)
+                    for other in self.procs:             # the earlier helpers' pipes
+                        other.jobs.close()
+                        other.results.close()
+                    code = _helper(os.fdopen(jobs_r, "rb"), os.fdopen(results_w, "wb"))
+                finally:
+                    os._exit(code)
+            os.close(jobs_r)
+            os.close(results_w)
+            self.procs.append(_Helper(pid, os.fdopen(jobs_w, "wb"), os.fdopen(results_r, "rb")))
 
     def submit(self, index: int, task, spool: Path, folder: Path) -> Callable[[], None]:
         """Helper ``index`` decodes ``task`` into ``spool``; returns the call that waits
         for it (and raises what went wrong)."""
-        proc = self.procs[index]
-        assert proc.stdin is not None and proc.stdout is not None
+        helper = self.procs[index]
         job = pickle.dumps((task, str(spool), str(folder)))
-        proc.stdin.write(struct.pack("<I", len(job)) + job)
-        proc.stdin.flush()
+        helper.jobs.write(struct.pack("<I", len(job)) + job)
+        helper.jobs.flush()
 
         def result() -> None:
-            head = proc.stdout.read(4)
+            head = helper.results.read(4)
             if len(head) < 4:
                 raise RuntimeError("the slice helper exited")
-            message = proc.stdout.read(struct.unpack("<I", head)[0]).decode()
+            message = helper.results.read(struct.unpack("<I", head)[0]).decode()
             if message:
                 raise RuntimeError(f"a slice failed: {message}")
         return result
 
     def close(self) -> None:
-        for proc in self.procs:
+        for helper in self.procs:
             try:
-                proc.stdin.close()
+                helper.jobs.close()
             except OSError:
                 pass
-        for proc in self.procs:
+        deadline = time.monotonic() + 5
+        for helper in self.procs:
             try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                while os.waitpid(helper.pid, os.WNOHANG) == (0, 0):
+                    if time.monotonic() > deadline:
+                        os.kill(helper.pid, signal.SIGKILL)
+                        os.waitpid(helper.pid, 0)
+                        break
+                    time.sleep(0.01)
+            except ChildProcessError:
+                pass                                     # reaped already
+            helper.results.close()
 
 
-def _helper() -> int:
-    """A slice helper: decodes the jobs its input sends, answers each with an empty
-    message (done) or what failed."""
-    from mysqlcdc.capture import task as _task  # noqa: F401 - imported before the first job
+def _helper(source, sink) -> int:
+    """A slice helper: decodes the jobs ``source`` sends, answers each on ``sink`` with an
+    empty message (done) or what failed."""
     from mysqlcdc.spark.ahead import Ledger
 
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
-    source, sink = sys.stdin.buffer, sys.stdout.buffer
     while True:
         head = source.read(4)
         if len(head) < 4:
