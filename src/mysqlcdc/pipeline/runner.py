@@ -357,6 +357,7 @@ def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = Non
     from mysqlcdc.sinks.changelog import (from_sink_config as changelog_settings,
                                           start_changelog, task_writer)
     from mysqlcdc.sinks.console import start_console
+    from mysqlcdc.spark.session import plain_local_checkpoints
 
     if cfg.transforms or any(s.transforms for s in cfg.sinks) or \
             any(isinstance(s, PluginsSinkConfig) for s in cfg.sinks):
@@ -364,6 +365,7 @@ def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = Non
         from mysqlcdc.spark.transforms import ship_user_code
 
         ship_user_code(spark, check_user_code(cfg))
+    plain_local_checkpoints(spark, [sink_checkpoint(cfg, i) for i in range(len(cfg.sinks))])
     queries = []
     for index, sink in enumerate(cfg.sinks):
         checkpoint = sink_checkpoint(cfg, index)

@@ -6,7 +6,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 __all__ = ["build_session", "register", "quiet_failures", "with_jit", "JIT_MODES"]
 
@@ -221,3 +221,40 @@ def settle_source_environment(spark, name: str) -> None:
         logging.getLogger(__name__).warning("the mysqlcdc source's environment was not "
                                             "settled (%s); several queries starting at once "
                                             "may fail to read a task", exc)
+
+
+# Spark writes a streaming checkpoint's files (offsets, commits, metadata) through Hadoop's
+# FileContext by default. On a local disk without Hadoop's native library (pip's pyspark
+# has none) every rename there starts a ``readlink`` process, about 18 of them a
+# micro-batch; through Hadoop's FileSystem the same files are written and renamed in
+# place the same way (create a temporary file, rename it onto a name that must not exist)
+# without them. Remote stores keep Spark's default.
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+PLAIN_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                            "FileSystemBasedCheckpointFileManager")
+
+
+def plain_local_checkpoints(spark, checkpoints: Sequence[str]) -> bool:
+    """Before queries start: write their checkpoints through Hadoop's FileSystem when every
+    one of ``checkpoints`` is on a local disk and this Spark has the class; else Spark's
+    default. A checkpoint file manager the user chose is left alone. Returns whether the
+    queries started next use the plain one."""
+    from mysqlcdc.spark.checkpoint import local_dir
+
+    chosen = spark.conf.get(CHECKPOINT_MANAGER, None)
+    if chosen and chosen != PLAIN_CHECKPOINT_MANAGER:
+        return False                                     # the user's
+    if not checkpoints or any(local_dir(c) is None for c in checkpoints):
+        if chosen:
+            spark.conf.unset(CHECKPOINT_MANAGER)         # ours, from a local pipeline before
+        return False
+    if chosen:
+        return True
+    try:
+        if not spark.sparkContext._jvm.org.apache.spark.util.Utils.classIsLoadable(
+                PLAIN_CHECKPOINT_MANAGER):
+            return False
+    except Exception:  # noqa: BLE001 - another Spark: its default stays
+        return False
+    spark.conf.set(CHECKPOINT_MANAGER, PLAIN_CHECKPOINT_MANAGER)
+    return True
