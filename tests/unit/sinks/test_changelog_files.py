@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mysqlcdc.envelope.model import ARROW_SCHEMA
-from mysqlcdc.sinks.changelog.files import (FILES_SCHEMA, UNFINISHED_SUFFIX, PartFiles,
+from mysqlcdc.sinks.changelog.files import (UNFINISHED_SUFFIX, PartFiles, files_schema,
                                             escape_partition_value, owner_tag,
                                             remove_unfinished)
 from mysqlcdc.sinks.changelog.maintenance import committed_files, orphan_files
@@ -41,7 +41,7 @@ def _batch(rows: list[tuple[str, str, int]]) -> pa.RecordBatch:
 
 def _write(root: Path, batches, **kw) -> list[dict]:
     out = list(PartFiles(str(root), batch_id=3, **kw).write(iter(batches)))
-    assert all(b.schema == FILES_SCHEMA for b in out)
+    assert all(b.schema == files_schema() for b in out)
     return [r for b in out for r in b.to_pylist()]
 
 

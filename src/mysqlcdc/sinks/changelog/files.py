@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["PartFiles", "FILES_DDL", "FILES_SCHEMA", "escape_partition_value",
+__all__ = ["PartFiles", "FILES_DDL", "files_schema", "escape_partition_value",
            "remove_unfinished", "unfinished_files", "files_under", "owner_tag",
            "UNFINISHED_SUFFIX"]
 
@@ -47,20 +47,15 @@ FILES_DDL = ("path STRING, size BIGINT, partition_values STRING, modification_ti
 
 
 @functools.cache
-def _files_schema() -> pa.Schema:
+def files_schema() -> pa.Schema:
+    """The Arrow schema of ``FILES_DDL``. Made when first asked for, as pyarrow is imported
+    only where files are written: a sink's task writer is also unpickled where Spark only
+    asks the source for its schema (the DDL text)."""
     import pyarrow as pa
 
     return pa.schema([("path", pa.string()), ("size", pa.int64()),
                       ("partition_values", pa.string()),
                       ("modification_time", pa.int64()), ("stats", pa.string())])
-
-
-def __getattr__(name: str):
-    # ``FILES_SCHEMA`` is made when first asked for: a sink's task writer is unpickled
-    # where Spark only asks the source for its schema (DDL text), which needs no pyarrow
-    if name == "FILES_SCHEMA":
-        return _files_schema()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 UNFINISHED_SUFFIX = ".inprogress"
@@ -96,7 +91,7 @@ class _File:
 @dataclass(frozen=True)
 class PartFiles:
     """Writes a task's record batches into part files under ``root`` (a local folder every
-    executor sees) and yields one ``FILES_SCHEMA`` batch naming them.
+    executor sees) and yields one :func:`files_schema` batch naming them.
 
     ``batch_id``: the micro-batch, for the file names (from the task's local properties
     when None). ``row_group_rows``: rows per Parquet row group. ``owner``: the writer's
@@ -228,7 +223,7 @@ class _TaskFiles:
     def close(self) -> pa.RecordBatch:
         import pyarrow as pa
 
-        schema = _files_schema()
+        schema = files_schema()
         out: dict[str, list] = {name: [] for name in schema.names}
         try:
             for entry in self.files.values():

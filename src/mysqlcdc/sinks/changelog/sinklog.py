@@ -93,7 +93,7 @@ class SinkLog:
         return (batch_id + 1) % self.interval == 0
 
     def add(self, batch_id: int, files: Iterable[Mapping]) -> bool:
-        """Commit ``batch_id`` listing ``files`` (``files.FILES_SCHEMA`` rows, paths relative
+        """Commit ``batch_id`` listing ``files`` (``files.files_schema()`` rows, paths relative
         to the root). False when the log holds the batch already (a replay)."""
         if batch_id <= self.latest():
             return False
