@@ -419,59 +419,72 @@ class _Walk:
                 events.close()           # what it read and did not hand out stays queued
 
     def decode(self, raws: Iterable[RawEventLike], batch_rows: int):
-        """Decode events until the end the rule finds; yields batches, returns why it ended."""
-        decoder, rule = self.decoder, self.rule
-        feed, builder = decoder.feed_raw, decoder.builder
-        self._ends = decoder.tracker.ends
-        cut = None if rule.cut_to is None else (rule.cut_to.file_number, rule.cut_to.pos)
-        b_rows, seen = 0, None        # rows produced up to the boundary
-        file, limit, sliced = None, _NEVER, _NEVER
-        for raw in raws:
-            data = raw.data
-            if data[4] == _FDE:                   # as _moved, inline
-                _birth(raw.file, data, rule.births, self.births)
-            if raw.artificial:
-                decoder.feed(raw)
-                continue
-            if raw.file != file:
-                file, limit = raw.file, _limit_in(self.numbers, raw.file, self.cap_key)
-                sliced = _limit_in(self.numbers, raw.file, cut)
-            if raw.pos >= limit:
-                self.boundary = (rule.cap.file, rule.cap.pos)
-                return "cap"
-            if raw.pos >= sliced and data[4] in _GTID_STARTS:
-                self.boundary = (raw.file, raw.pos)     # where the next slice begins
-                return "slice"
-            self.size += len(data)
-            rows = feed(raw.file, raw.pos, data)
-            if decoder.halt is not None:
-                batch = _drop_group(decoder, self.boundary, b_rows, self.emitted)
-                if batch is not None:
-                    self.emitted += batch.num_rows
-                    yield batch
-                return "ddl"
-            if rows and len(builder) >= batch_rows:
-                self.emitted += len(builder)
-                yield decoder.take()
-            b = decoder.boundary
-            if b is not seen:
-                seen = self.boundary = b
-                b_rows = self.emitted + len(builder)
-                if decoder.tracker.ends != self._ends:     # a transaction ended here
-                    self._ended()
-                if decoder.events >= self.max_events:
-                    return "events"
-                if self._key(*b) >= self.cap_key:
-                    return "cap"
-        return None
+        """Decode events until the end the rule finds; yields batches, returns why it ended.
 
-    def _ended(self) -> None:
-        """For the offsets' GTID set and commit time (as the driver's scan collects them)."""
-        tracker = self.decoder.tracker
-        self._ends, ctx = tracker.ends, tracker.last
-        if ctx.gtid is not None:
-            self.gtids.append(ctx.gtid)
-        self.last_ts = ctx.ts_ms or self.last_ts
+        The loop runs once per event of the batch (two million for a million narrow row
+        changes), so what it keeps per event is in locals: the bytes read (``size``) and
+        the last transaction's end and commit time (for the offsets' GTID set, as the
+        driver's scan collects them) are written back when it stops."""
+        decoder, rule = self.decoder, self.rule
+        feed, builder, tracker = decoder.feed_raw, decoder.builder, decoder.tracker
+        births, born, numbers, gtids = rule.births, self.births, self.numbers, self.gtids
+        max_events, cap_key = self.max_events, self.cap_key
+        ends = self._ends = tracker.ends
+        last_ts = self.last_ts
+        cut = None if rule.cut_to is None else (rule.cut_to.file_number, rule.cut_to.pos)
+        b_rows, seen, size = 0, None, 0   # rows produced up to the boundary; bytes read
+        # per file: where the cap falls in it, where the next slice may begin, the lower
+        file, limit, sliced, stop = None, _NEVER, _NEVER, _NEVER
+        try:
+            for raw in raws:
+                data = raw.data
+                if data[4] == _FDE:                   # as _moved, inline
+                    _birth(raw.file, data, births, born)
+                if raw.artificial:
+                    decoder.feed(raw)
+                    continue
+                pos = raw.pos
+                if raw.file != file:
+                    file = raw.file
+                    limit = _limit_in(numbers, file, cap_key)
+                    sliced = _limit_in(numbers, file, cut)
+                    stop = min(limit, sliced)
+                if pos >= stop:
+                    if pos >= limit:
+                        self.boundary = (rule.cap.file, rule.cap.pos)
+                        return "cap"
+                    if data[4] in _GTID_STARTS:
+                        self.boundary = (file, pos)     # where the next slice begins
+                        return "slice"
+                size += len(data)
+                rows = feed(file, pos, data)
+                if decoder.halt is not None:
+                    batch = _drop_group(decoder, self.boundary, b_rows, self.emitted)
+                    if batch is not None:
+                        self.emitted += batch.num_rows
+                        yield batch
+                    return "ddl"
+                if rows and len(builder) >= batch_rows:
+                    self.emitted += len(builder)
+                    yield decoder.take()
+                b = decoder.boundary
+                if b is not seen:
+                    seen = self.boundary = b
+                    b_rows = self.emitted + len(builder)
+                    if tracker.ends != ends:           # a transaction ended here
+                        ends, ctx = tracker.ends, tracker.last
+                        if ctx.gtid is not None:
+                            gtids.append(ctx.gtid)
+                        last_ts = ctx.ts_ms or last_ts
+                    if decoder.events >= max_events:
+                        return "events"
+                    # the boundary is mostly in the event's file: its cap offset is known
+                    if (b[1] >= limit) if b[0] is file else (self._key(*b) >= cap_key):
+                        return "cap"
+            return None
+        finally:
+            self.size += size
+            self._ends, self.last_ts = ends, last_ts
 
     def found(self, reason: str) -> Found:
         if len(self.decoder.builder):
