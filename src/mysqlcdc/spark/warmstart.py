@@ -1,6 +1,6 @@
 """A shorter start for every mysqlcdc process that runs Spark.
 
-Two costs are paid on every start and are the same each time:
+Three costs are paid on every start and are the same each time:
 
 * **pyspark compiled again in every Python worker.** When SPARK_HOME is the pip-installed
   pyspark package, Spark puts ``python/lib/pyspark.zip`` first on its Python workers'
@@ -10,6 +10,11 @@ Two costs are paid on every start and are the same each time:
   the first batch. ``spark_home`` gives Spark a SPARK_HOME made of links to the package's
   own folders, without ``python/``: the workers then import the installed package (the
   same files) and its cached bytecode.
+* **Spark's ML functions registered in every session.** The ML library's jar names a
+  session extension that the JVM's service loader finds on the classpath: every new
+  session then registers ML functions through Scala's runtime reflection, a third of a
+  CPU second of the JVM's first second, for functions a pipeline never calls. That
+  SPARK_HOME's ``jars`` folder links every jar of the package but that one.
 * **The driver JVM loading and verifying Spark's classes.** A class-data archive (the
   JDK's application class-data sharing, written by the JVM itself at its exit) maps them
   ready to use on the next start. The first run writes the archive at its end (a few
@@ -44,6 +49,9 @@ ENV_SWITCH = "MYSQLCDC_WARM_START"
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 # the JVM's notes about its archive (one it cannot use, one it writes) stay off stdout
 _QUIET = "-Xlog:cds*=off"
+# jars a pipeline's driver goes without (names' beginnings): the ML library, whose session
+# extension costs every session's start a third of a CPU second (the module's note)
+LEFT_OUT = ("spark-mllib_",)
 # after its JVM ended, an archive's check takes seconds (the checker touches the job
 # file when it starts): one not done after _CHECKING_S is stuck, after _ABANDONED_S debris
 _CHECKING_S = 600.0
@@ -89,7 +97,8 @@ def _digest(*parts: object) -> str:
 
 
 def spark_home(cache: Path) -> Path | None:
-    """A SPARK_HOME of links to the pyspark package's folders, all but ``python/``.
+    """A SPARK_HOME of links to the pyspark package's folders, all but ``python/``, and
+    to its jars, all but the ML library's (``LEFT_OUT``).
 
     Only for the pip package and only when the user set no SPARK_HOME of their own (or
     set it to that package). Returns the folder, or None when it does not apply.
@@ -106,7 +115,7 @@ def spark_home(cache: Path) -> Path | None:
         return None
     import pyspark
 
-    home = cache / f"spark-home-{_digest(pkg, pyspark.__version__)}"
+    home = cache / f"spark-home-{_digest(pkg, pyspark.__version__, *LEFT_OUT)}"
     if (home / "jars").is_dir() and (home / "bin").is_dir():
         return home
     tmp = cache / f".{home.name}.{os.getpid()}"
@@ -114,7 +123,12 @@ def spark_home(cache: Path) -> Path | None:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         for entry in pkg.iterdir():
-            if entry.name not in ("python", "__pycache__"):
+            if entry.name == "jars":
+                (tmp / "jars").mkdir()
+                for jar in entry.iterdir():
+                    if not jar.name.startswith(LEFT_OUT):
+                        (tmp / "jars" / jar.name).symlink_to(jar)
+            elif entry.name not in ("python", "__pycache__"):
                 (tmp / entry.name).symlink_to(entry)
         try:
             tmp.rename(home)
