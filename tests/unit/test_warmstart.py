@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -85,6 +86,31 @@ def test_a_sound_archive_is_used_and_a_changed_one_is_thrown_away(env):
     options = warmstart.java_options(cache, None, "")
     assert "SharedArchiveFile" not in options and "ArchiveClassesAtExit" in options
     assert not pending.final.exists() and not pending.size_file.exists()
+
+
+def test_archives_no_run_used_for_two_weeks_are_removed(env):
+    """Every new JVM, pyspark or set of driver Java options writes another archive of
+    about 160 MB: the ones no run used for two weeks go when a run uses its own, and the
+    one a run uses is marked used."""
+    cache = warmstart.cache_dir()
+    warmstart.java_options(cache, None, "")
+    pending = warmstart._pending
+    pending.final.write_bytes(b"x" * 100)
+    pending.size_file.write_text("100")
+    month = time.time() - 30 * 24 * 3600
+    stale, recent = cache / "jvm-0000000000000000", cache / "jvm-1111111111111111"
+    for base in (stale, recent):
+        base.with_suffix(".jsa").write_bytes(b"y" * 10)
+        base.with_suffix(".size").write_text("10")
+    os.utime(stale.with_suffix(".size"), (month, month))
+    os.utime(stale.with_suffix(".jsa"), (month, month))
+    os.utime(recent.with_suffix(".jsa"), (month, month))     # the note says when it was used
+    os.utime(pending.size_file, (month, month))             # this run's own: kept, marked
+    options = warmstart.java_options(cache, None, "")
+    assert options == f"-XX:SharedArchiveFile={pending.final} -Xlog:cds*=off"
+    assert not stale.with_suffix(".jsa").exists() and not stale.with_suffix(".size").exists()
+    assert recent.with_suffix(".jsa").exists() and recent.with_suffix(".size").exists()
+    assert pending.final.exists() and pending.size_file.stat().st_mtime > time.time() - 60
 
 
 def test_the_archives_name_changes_with_the_drivers_java_options(env):

@@ -56,6 +56,9 @@ LEFT_OUT = ("spark-mllib_",)
 # file when it starts): one not done after _CHECKING_S is stuck, after _ABANDONED_S debris
 _CHECKING_S = 600.0
 _ABANDONED_S = 3600.0
+# an archive no run used for this long is removed: each change of the JVM, of pyspark or of
+# the driver's Java options makes a new one (about 160 MB)
+_UNUSED_S = 14 * 24 * 3600.0
 
 
 def enabled() -> bool:
@@ -209,6 +212,8 @@ def java_options(cache: Path, home: str | None, user_options: str) -> str:
             sound = False
         if sound:
             extra = f"-XX:SharedArchiveFile={final} {_QUIET}"
+            _used(size_file)
+            _prune(cache, key)
         else:                 # changed since it was checked: never hand it to a JVM
             for p in (final, size_file):
                 p.unlink(missing_ok=True)
@@ -219,6 +224,31 @@ def java_options(cache: Path, home: str | None, user_options: str) -> str:
         _pending = _Pending(path, final, size_file)
         extra = f"-XX:ArchiveClassesAtExit={path} {_QUIET}"
     return f"{user_options} {extra}".strip()
+
+
+def _used(path: Path) -> None:
+    """Mark a cache entry as used now (its modification time; never the archive's own)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _prune(cache: Path, key: str) -> None:
+    """Remove the archives no run used for ``_UNUSED_S`` (of other JVMs, pyspark versions,
+    Java options), never the one this run uses. An archive goes with the size note that
+    vouches for it, the note first: a JVM about to map it then starts without one, and a
+    JVM that mapped it keeps its mapping. (The SPARK_HOMEs of links stay: they are a few
+    kilobytes, and a JVM running for weeks still opens jars through one.)"""
+    old = time.time() - _UNUSED_S
+    for size_file in cache.glob("jvm-*.size"):
+        try:
+            if size_file.stem == f"jvm-{key}" or size_file.stat().st_mtime > old:
+                continue
+            size_file.unlink()
+            size_file.with_suffix(".jsa").unlink(missing_ok=True)
+        except OSError:
+            continue
 
 
 def _someone_writes(cache: Path, key: str) -> bool:
