@@ -7,13 +7,22 @@ has run (``mysqlcdc.spark.build_session`` does not register it; ``start_kafka`` 
 
 from __future__ import annotations
 
-from mysqlcdc.sinks.kafka.commitlog import CommitRecord, read_last_commit
 from mysqlcdc.sinks.kafka.settings import KafkaSettings, from_sink_config
 
 __all__ = ["KafkaSettings", "CommitRecord", "start_kafka", "register", "read_last_commit",
            "from_sink_config", "task_writer", "FORMAT"]
 
 FORMAT = "mysqlcdc-kafka"
+
+
+def __getattr__(name: str):
+    # the commit log's module brings pyarrow (through the checkpoint's offsets): a process
+    # that only unpickles the task writer to ask for its schema does without it
+    if name in ("CommitRecord", "read_last_commit"):
+        from mysqlcdc.sinks.kafka import commitlog
+
+        return getattr(commitlog, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(spark) -> None:
@@ -26,7 +35,7 @@ def register(spark) -> None:
 def task_writer(settings: KafkaSettings):
     """The writer the source's read tasks run to publish themselves (DESIGN.md decision
     20, amended; :mod:`.tasks`)."""
-    from mysqlcdc.sinks.kafka.tasks import TaskPublisher
+    from mysqlcdc.sinks.kafka.taskwriter import TaskPublisher
 
     return TaskPublisher(settings)
 

@@ -41,12 +41,11 @@ from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
 from mysqlcdc.sinks.kafka.producer import warm_producer
 from mysqlcdc.sinks.kafka.publish import encode_batch, send_messages
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
+from mysqlcdc.sinks.kafka.taskwriter import TASK_DDL, TaskPublisher  # noqa: F401
 from mysqlcdc.sinks.kafka.txnorder import Numbering
 
-__all__ = ["TaskPublisher", "TASK_DDL", "Summary", "read_summary", "send_sorted"]
+__all__ = ["TaskPublisher", "TASK_DDL", "Summary", "publish", "read_summary", "send_sorted"]
 
-TASK_DDL = ("topic STRING, key BINARY, value BINARY, headers BINARY, seq DECIMAL(38,0), "
-            "tombstone BOOLEAN, summary BINARY")
 TASK_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()),
                          ("headers", pa.binary()), ("seq", pa.decimal128(38, 0)),
                          ("tombstone", pa.bool_()), ("summary", pa.binary())])
@@ -69,49 +68,39 @@ def read_summary(blob: bytes) -> Summary:
     return pickle.loads(blob)
 
 
-@dataclass(frozen=True)
-class TaskPublisher:
-    """The Kafka sink's task writer: ``write`` runs in each read task after the transforms."""
-
-    settings: KafkaSettings
-    keeps_key_order = True          # the source says whether a task shares keys
-
-    @property
-    def ddl(self) -> str:
-        return TASK_DDL
-
-    def write(self, batches: Iterator[pa.RecordBatch],
-              shares_keys: bool = False) -> Iterator[pa.RecordBatch]:
-        settings = self.settings
-        numbering = Numbering() if settings.transaction_orders else None
-        done, tallies, schema_rows, encode = Summary(), [], [], None
-        publisher = None if shares_keys else _Publisher(settings)
-        try:
-            for batch in batches:
-                if not batch.num_rows:
-                    continue
-                if numbering is not None:
-                    batch = numbering.add(batch)
-                done.rows += batch.num_rows
-                messages, changes, tally, schema, encode = encode_batch(settings, batch, encode)
-                tallies.append(tally)
-                schema_rows += schema
-                if messages is None:
-                    continue
-                if publisher is not None:
-                    publisher.put(messages)
-                else:
-                    done.deferred += changes.num_rows
-                    yield _as_rows(messages, changes)
+def publish(settings: KafkaSettings, batches: Iterator[pa.RecordBatch],
+            shares_keys: bool = False) -> Iterator[pa.RecordBatch]:
+    """What :meth:`TaskPublisher.write` does (the writer's class lives in a module of its
+    own, without pyarrow: :mod:`.taskwriter`)."""
+    numbering = Numbering() if settings.transaction_orders else None
+    done, tallies, schema_rows, encode = Summary(), [], [], None
+    publisher = None if shares_keys else _Publisher(settings)
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if numbering is not None:
+                batch = numbering.add(batch)
+            done.rows += batch.num_rows
+            messages, changes, tally, schema, encode = encode_batch(settings, batch, encode)
+            tallies.append(tally)
+            schema_rows += schema
+            if messages is None:
+                continue
             if publisher is not None:
-                publisher.finish()
-        finally:
-            if publisher is not None:
-                publisher.stop()
-        done.txns, done.schema_rows = merge_tallies(tallies), schema_rows
-        yield pa.RecordBatch.from_pydict(
-            {**{name: [None] for name in TASK_SCHEMA.names}, "summary": [pickle.dumps(done)]},
-            schema=TASK_SCHEMA)
+                publisher.put(messages)
+            else:
+                done.deferred += changes.num_rows
+                yield _as_rows(messages, changes)
+        if publisher is not None:
+            publisher.finish()
+    finally:
+        if publisher is not None:
+            publisher.stop()
+    done.txns, done.schema_rows = merge_tallies(tallies), schema_rows
+    yield pa.RecordBatch.from_pydict(
+        {**{name: [None] for name in TASK_SCHEMA.names}, "summary": [pickle.dumps(done)]},
+        schema=TASK_SCHEMA)
 
 
 def _as_rows(messages: tuple, changes: pa.RecordBatch) -> pa.RecordBatch:
