@@ -339,7 +339,6 @@ class _Walk:
         self.size = self.emitted = 0
         self.gtids: list[str] = []        # of the transactions up to ``boundary``
         self.last_ts: int | None = None
-        self._ends = decoder.tracker.ends
 
     def _key(self, file: str, pos: int) -> tuple[int, int]:
         return (_number(self.numbers, file), pos)
@@ -423,13 +422,13 @@ class _Walk:
 
         The loop runs once per event of the batch (two million for a million narrow row
         changes), so what it keeps per event is in locals: the bytes read (``size``) and
-        the last transaction's end and commit time (for the offsets' GTID set, as the
-        driver's scan collects them) are written back when it stops."""
+        the last commit time are written back when it stops; each transaction's GTID
+        goes to ``gtids`` (for the offsets' GTID set, as the driver's scan collects them)."""
         decoder, rule = self.decoder, self.rule
         feed, builder, tracker = decoder.feed_raw, decoder.builder, decoder.tracker
         births, born, numbers, gtids = rule.births, self.births, self.numbers, self.gtids
         max_events, cap_key = self.max_events, self.cap_key
-        ends = self._ends = tracker.ends
+        ends = tracker.ends           # the tracker's count of transactions ended
         last_ts = self.last_ts
         cut = None if rule.cut_to is None else (rule.cut_to.file_number, rule.cut_to.pos)
         b_rows, seen, size = 0, None, 0   # rows produced up to the boundary; bytes read
@@ -484,7 +483,7 @@ class _Walk:
             return None
         finally:
             self.size += size
-            self._ends, self.last_ts = ends, last_ts
+            self.last_ts = last_ts
 
     def found(self, reason: str) -> Found:
         if len(self.decoder.builder):
