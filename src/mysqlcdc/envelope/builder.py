@@ -357,13 +357,23 @@ def _convert_groups(groups: dict[tuple, _Group], bufs: list[bytes], total: int, 
         take from the column and the parts, no sort."""
         if not parts:
             return column
-        pool = pa.concat_arrays([_as_binary(column)] + [_as_binary(t) for _, t in parts])
-        index = np.arange(total, dtype=np.int64)
-        at = total
-        for rows, texts in parts:
-            index[rows] = np.arange(at, at + len(texts))
-            at += len(texts)
-        merged = pool.take(pa.array(index))
+        if len(parts) == 1 and column.null_count == total:
+            # the usual batch, of one table: every text is the part's, in row order (its
+            # rows ascend, each once), so the part itself is the column, or one take of it
+            rows, texts = parts[0]
+            merged = _as_binary(texts)
+            if len(rows) != total:
+                index = np.full(total, -1, np.int64)
+                index[rows] = np.arange(len(rows))
+                merged = merged.take(pa.array(index, mask=index < 0))
+        else:
+            pool = pa.concat_arrays([_as_binary(column)] + [_as_binary(t) for _, t in parts])
+            index = np.arange(total, dtype=np.int64)
+            at = total
+            for rows, texts in parts:
+                index[rows] = np.arange(at, at + len(texts))
+                at += len(texts)
+            merged = pool.take(pa.array(index))
         # no second UTF-8 check: the column's own texts were checked by ``_text_array``,
         # the converted ones are UTF-8 by construction (checked strings, orjson, ASCII)
         return pa.Array.from_buffers(pa.string(), len(merged), merged.buffers(),

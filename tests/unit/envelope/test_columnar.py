@@ -184,6 +184,30 @@ def test_update_whose_before_image_has_no_columns():
     assert got.column("before").to_pylist() == ["{}"] * 3
 
 
+def test_one_tables_inserts_updates_and_deletes_keep_their_rows():
+    """One table, one shape: each image column comes from a single converted part, which
+    covers every row (key) or some of them (before, after); the rows keep their order."""
+    cols = (ColumnSpec("id", C.MYSQL_TYPE_LONG, 0), ColumnSpec("s", C.MYSQL_TYPE_VARCHAR, 40))
+
+    def image(i: int, text: bytes) -> bytes:
+        return b"\x00" + struct.pack("<i", i) + bytes([len(text)]) + text
+
+    full = (0, 1)
+    events = [(cols, "c", full, full, image(1, b"a") + image(2, b"b"), ("id",)),
+              (cols, "d", full, full, image(1, b"a"), ("id",)),
+              (cols, "u", full, full, image(2, b"b") + image(2, b"B"), ("id",)),
+              (cols, "c", full, full, image(3, b"c"), ("id",))]
+    got = _batch(events, True)
+    assert got.equals(_batch(events, False))
+    assert got.column("op").to_pylist() == ["c", "c", "d", "u", "c"]
+    assert got.column("before").to_pylist() == [
+        None, None, '{"id":1,"s":"a"}', '{"id":2,"s":"b"}', None]
+    assert got.column("after").to_pylist() == [
+        '{"id":1,"s":"a"}', '{"id":2,"s":"b"}', None, '{"id":2,"s":"B"}', '{"id":3,"s":"c"}']
+    assert got.column("key").to_pylist() == ['{"id":1}', '{"id":2}', '{"id":1}', '{"id":2}',
+                                             '{"id":3}']
+
+
 def test_float_kernel_equals_float32_value_bit_for_bit():
     rng = random.Random(5)
     words = [rng.getrandbits(32) for _ in range(20000)]
