@@ -55,6 +55,7 @@ HEARTBEAT_LOG_EVENT = 27
 LOG_EVENT_ARTIFICIAL_F = 0x20
 HEADER_SIZE = 19
 _EVENT_HEADER = struct.Struct("<IBIIIH").unpack_from  # timestamp, type, server_id, size, log_pos, flags
+_EVENT_TAIL = struct.Struct("<4xB4xIIH").unpack_from  # the same without timestamp and server_id
 # an event's packet read from its start: the packet's length (with its sequence id in the
 # top byte), the byte before the event (0x00), then the event header's type, size, log_pos
 # and flags
@@ -185,35 +186,37 @@ class ReplicationStream:
             # The events of a batch go out one by one, the resume point moving
             # with each. If the caller stops in between (break, stop_at, close),
             # what is left of ``rest`` is kept for the next iteration, so that
-            # nothing the channel has read is skipped.
-            stop = self.stop_at
-            stop_key = None if stop is None else (stop.file_number, stop.pos, stop.file)
+            # nothing the channel has read is skipped. Per event only the header's
+            # last four fields are read and one offset compared against ``limit``
+            # (where ``stop_at`` falls in the current file), as ``passing`` does.
             skip = self.pass_over
+            file, limit = self._file, self._limit()
             rest = iter(batch)
             try:
                 for data in rest:
                     if len(data) < HEADER_SIZE:
                         raise ProtocolError(
                             f"event of {len(data)} bytes at {self.position} is shorter than a header")
-                    _ts, kind, _sid, size, log_pos, flags = _EVENT_HEADER(data)
+                    kind, size, log_pos, flags = _EVENT_TAIL(data)
                     if (log_pos and not flags & LOG_EVENT_ARTIFICIAL_F and size == len(data)
                             and kind not in _POSITION_EVENTS):
                         self._pos = log_pos   # an ordinary event: the file stays, the offset moves
                         if skip is None or kind not in _TXN_STARTS:
-                            yield RawEvent(self._file, log_pos - size, data, False)
+                            yield RawEvent(file, log_pos - size, data, False)
                         else:
                             span = skip.span(batch, len(batch) - rest.__length_hint__() - 1)
-                            yield RawEvent(self._file, log_pos - size, data, False)
-                            if span and not self._closed and (stop_key is None or (
-                                    self._file_number, skip.end(), self._file) < stop_key):
+                            yield RawEvent(file, log_pos - size, data, False)
+                            if span and not self._closed and skip.end() < limit:
                                 # the transaction's events up to its XID, of tables not captured
                                 self._pos = skip.passed(span)
                                 next(islice(rest, span, span), None)
+                        if self._closed or self._pos >= limit:
+                            return
                     else:
                         yield self._advance(data)
-                    if self._closed or (stop_key is not None
-                                        and (self._file_number, self._pos, self._file) >= stop_key):
-                        return
+                        if self._closed or self._reached_stop():
+                            return
+                        file, limit = self._file, self._limit()
             except MysqlcdcError:
                 rest = iter(())   # terminal: nothing of this connection is handed out later
                 self._drop()
