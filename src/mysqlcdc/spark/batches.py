@@ -16,9 +16,11 @@ import threading
 from decimal import Decimal
 from typing import Iterable, Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mysqlcdc.arrowbuild import group_codes, group_values, true_or_null
 from mysqlcdc.stats import process_files, save_process_file
 from mysqlcdc.types import SEQ_EPOCH
 
@@ -56,21 +58,29 @@ def finish_batches(batches: Iterable[pa.RecordBatch], epoch: int = 0,
 
 
 def _count(batch: pa.RecordBatch, into: dict, last: list) -> None:
-    """Rows and events (runs of one file:pos) per (db, table, op)."""
+    """Rows and events (runs of one file:pos) per (db, table, op).
+
+    Counted from the columns' dictionary codes with numpy, from Arrow's buffers: pyarrow's
+    group_by would import its query engine (and ``to_numpy`` pandas) into a read task that
+    otherwise only moves batches along."""
+    n = batch.num_rows
     files, positions = batch.column("file"), batch.column("pos")
-    new = pc.or_(pc.not_equal(positions.slice(1), positions.slice(0, len(positions) - 1)),
-                 pc.not_equal(files.slice(1), files.slice(0, len(files) - 1)))
     first = (files[0].as_py(), positions[0].as_py()) != last[0]
-    starts = pa.concat_arrays([pa.array([first]), pc.fill_null(new, True)])
     last[0] = (files[-1].as_py(), positions[-1].as_py())
-    table = pa.table({"db": batch.column("db"), "table": batch.column("table"),
-                      "op": batch.column("op"), "ev": pc.cast(starts, pa.int64())})
-    grouped = table.group_by(["db", "table", "op"]).aggregate([("ev", "count"), ("ev", "sum")])
-    for row in grouped.to_pylist():
-        key = (row["db"] or "", row["table"] or "", row["op"] or "")
+    codes, names = group_codes([batch.column(c) for c in ("db", "table", "op")])
+    groups, codes = np.unique(codes, return_inverse=True)
+    rows = np.bincount(codes, minlength=len(groups))
+    events = np.zeros(len(groups), np.int64)
+    events[codes[0]] += first
+    if n > 1:    # row i > 0 starts an event where its file:pos differs from row i - 1's
+        new = pc.or_(pc.not_equal(positions.slice(1), positions.slice(0, n - 1)),
+                     pc.not_equal(files.slice(1), files.slice(0, n - 1)))
+        events += np.bincount(codes[1:][true_or_null(new)], minlength=len(groups))
+    for g, code in enumerate(groups.tolist()):
+        key = tuple(v or "" for v in group_values(code, names))
         totals = into.setdefault(key, [0, 0])
-        totals[0] += row["ev_count"]
-        totals[1] += row["ev_sum"] or 0
+        totals[0] += int(rows[g])
+        totals[1] += int(events[g])
 
 
 def _flush(folder: str, seen: dict) -> None:

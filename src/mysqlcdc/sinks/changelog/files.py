@@ -221,7 +221,7 @@ class _TaskFiles:
                 pass
 
     def close(self) -> pa.RecordBatch:
-        import pyarrow as pa
+        from mysqlcdc.arrowbuild import record_batch
 
         schema = files_schema()
         out: dict[str, list] = {name: [] for name in schema.names}
@@ -248,7 +248,7 @@ class _TaskFiles:
             out["modification_time"].append(int(os.path.getmtime(full) * 1000))
             out["stats"].append(json.dumps(stats))
         self.files.clear()
-        return pa.RecordBatch.from_pydict(out, schema=schema)
+        return record_batch(out, schema)
 
 
 def _write_group(entry: _File, table: pa.Table) -> None:
@@ -275,22 +275,18 @@ def _split(batch: pa.RecordBatch, parts: list[str]):
 
     A read task's batch is mostly one table's rows in runs: when every partition column
     holds one value, the batch is one part as it is."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import numpy as np
+
+    from mysqlcdc.arrowbuild import group_codes, group_values, int64_array
 
     cols = [batch.column(c) for c in parts]
     if all(_single(c) for c in cols):
         yield tuple(c[0].as_py() for c in cols), batch
         return
-    table = pa.Table.from_batches([batch])
-    for combo in table.select(parts).group_by(parts, use_threads=False).aggregate([]).to_pylist():
-        mask = None
-        for c in parts:
-            v = combo[c]
-            m = pc.is_null(table.column(c)) if v is None else pc.equal(table.column(c), v)
-            mask = m if mask is None else pc.and_(mask, m)
-        for piece in table.filter(mask).to_batches():
-            yield tuple(combo[c] for c in parts), piece
+    codes, names = group_codes(cols)
+    groups, first = np.unique(codes, return_index=True)
+    for code in groups[np.argsort(first)].tolist():     # in the order they first appear
+        yield group_values(code, names), batch.take(int64_array(np.flatnonzero(codes == code)))
 
 
 def _single(column) -> bool:
