@@ -279,8 +279,26 @@ class ReplicationStream:
         it stops."""
         channel, n, limit = self._channel, len(buf), self._limit()
         passed, last = 0, 0          # events passed over; the end of the last one (0: none)
+        handed = _POSITION_EVENTS | wanted
         try:
             while n - at >= 4:
+                # the common case, in a loop of its own: an ordinary event, whole in a
+                # packet of its own, not wanted (one test each of what the general
+                # path below checks one by one; anything else goes there)
+                while n - at >= _PACKET_HEAD_SIZE:
+                    head, ok, kind, size, log_pos, flags = _PACKET_EVENT_HEADER(buf, at)
+                    end = at + 5 + size
+                    if (end > n or ok or kind in handed or not log_pos
+                            or flags & LOG_EVENT_ARTIFICIAL_F or head & MAX_PACKET != size + 1
+                            or not HEADER_SIZE <= size < MAX_PACKET - 1):
+                        break
+                    at = end
+                    passed += 1
+                    last = log_pos
+                    if log_pos >= limit:
+                        return True
+                if n - at < 4:
+                    break
                 if n - at < _PACKET_HEAD_SIZE:     # a packet too short for an event header
                     length = _U32(buf, at)[0] & MAX_PACKET
                     if at + 4 + length <= n and length and not buf[at + 4]:
