@@ -1,0 +1,50 @@
+"""Arrow arrays made from buffers (``mysqlcdc.arrowbuild``) equal pyarrow's own
+conversions: nulls, non-ASCII text, bytes, each supported type, and the fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from mysqlcdc.arrowbuild import group_codes, group_values, int64_array, record_batch, true_or_null
+
+pytestmark = pytest.mark.unit
+
+
+def test_record_batch_equals_from_pydict():
+    schema = pa.schema([("s", pa.string()), ("b", pa.binary()), ("ls", pa.large_string()),
+                        ("i", pa.int64()), ("j", pa.int32()), ("f", pa.float64())])
+    columns = {"s": ["a", "é€😀", None, ""], "b": [b"\x00\xff", None, b"", b"z"],
+               "ls": [None, "x", "yy", None], "i": [1, None, -(2 ** 62), 0],
+               "j": [None, 2, -3, 4], "f": [0.5, None, float("inf"), -1.0]}
+    got = record_batch(columns, schema)
+    assert got.equals(pa.RecordBatch.from_pydict(columns, schema=schema))
+    assert got.column("s").null_count == 1
+    empty = record_batch({n: [] for n in schema.names}, schema)
+    assert empty.num_rows == 0 and empty.schema == schema
+
+
+def test_record_batch_refuses_bad_utf8_and_falls_back_for_other_types():
+    with pytest.raises(pa.ArrowInvalid):
+        record_batch({"s": [b"\xff\xfe"]}, pa.schema([("s", pa.string())]))
+    schema = pa.schema([("t", pa.bool_())])
+    assert record_batch({"t": [True, None]}, schema).column("t").to_pylist() == [True, None]
+
+
+def test_group_codes_number_every_combination_and_read_back():
+    db = pa.array(["a", "b", None, "a", "b"])
+    op = pa.array(["c", "c", "d", "d", "c"]).slice(0)
+    codes, names = group_codes([db.slice(1), op.slice(1)])
+    assert [group_values(int(c), names) for c in codes] == [("b", "c"), (None, "d"), ("a", "d"),
+                                                           ("b", "c")]
+    assert codes[0] == codes[3] and len(set(codes.tolist())) == 3
+
+
+def test_true_or_null_and_int64_array():
+    mask = pc.not_equal(pa.array([1, 2, None, 4, 4, 5, 6, 7, 8, 9]), pa.array([1] * 10)).slice(1)
+    assert true_or_null(mask).tolist() == [True, True, True, True, True, True, True, True, True]
+    mask = pa.array([True, False, None, False, True, False, False, False, False, True]).slice(2)
+    assert true_or_null(mask).tolist() == [True, False, True, False, False, False, False, True]
+    assert int64_array(np.array([3, 1, 2], np.int32)).to_pylist() == [3, 1, 2]
