@@ -102,6 +102,7 @@ def true_or_null(mask: pa.Array) -> np.ndarray:
 
 
 def int64_array(values: np.ndarray) -> pa.Array:
-    """A numpy array of integers as an Arrow int64 array (over a copy of its values)."""
+    """A numpy array of integers as an Arrow int64 array (over its memory when it is one
+    of contiguous int64 already)."""
     data = np.ascontiguousarray(values, np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data.tobytes())])
+    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])

@@ -284,9 +284,12 @@ def _split(batch: pa.RecordBatch, parts: list[str]):
         yield tuple(c[0].as_py() for c in cols), batch
         return
     codes, names = group_codes(cols)
-    groups, first = np.unique(codes, return_index=True)
-    for code in groups[np.argsort(first)].tolist():     # in the order they first appear
-        yield group_values(code, names), batch.take(int64_array(np.flatnonzero(codes == code)))
+    order = np.argsort(codes, kind="stable")     # each group's rows together, in their order
+    starts = np.flatnonzero(np.diff(codes[order], prepend=-1))
+    ends = np.append(starts[1:], len(order))
+    for i in np.argsort(order[starts]).tolist():   # the groups in the order they first appear
+        rows = order[starts[i]:ends[i]]
+        yield group_values(int(codes[rows[0]]), names), batch.take(int64_array(rows))
 
 
 def _single(column) -> bool:
