@@ -159,7 +159,7 @@ def test_golden_messages_field_for_field(spark, mariadb, kafka, fresh_db, tmp_pa
     start = binlog_position(mariadb)
     mariadb.sql(ROW, "UPDATE golden SET id = 2 WHERE id = 1", db=fresh_db)
     base = {"bootstrap_servers": kafka.bootstrap, "format": "debezium", "partitions": 2,
-            "transaction_topic": "{prefix}.transaction"}
+            "transaction_topic": "{prefix}.transaction", "position_headers": True}
     cfg = load_pipeline_from_dict({
         "name": fresh_db.replace("_", "-"),
         "source": {"host": mariadb.host, "port": mariadb.port, "user": mariadb.user,

@@ -142,7 +142,7 @@ def test_debezium_format_and_resume_from_sink_after_losing_the_checkpoint(
     )
     cfg = _pipeline(mariadb, kafka, fresh_db, tmp_path, start, format="debezium",
                     schemas=False, decimal_handling_mode="string",
-                    bigint_unsigned_handling_mode="precise")
+                    bigint_unsigned_handling_mode="precise", position_headers=True)
     run_pipeline(cfg, until_idle=True, spark=spark)
     topic = f"{fresh_db}.{fresh_db}.acct"
     msgs = [m for p in _messages(kafka, topic).values() for m in p]

@@ -627,6 +627,12 @@ class KafkaSinkConfig(_SinkModel):
         "the key with a null value, so compaction drops the key. Null: on for `debezium` (as "
         "Debezium's `tombstones.on.delete`), off for `mysqlcdc`."
     )
+    position_headers: bool = Field(
+        False, description="Also send each change's binlog position as the message headers "
+        "`seq`, `file`, `pos`, `row` and `gtid` (text), for consumers that filter without "
+        "parsing the value (both formats' values carry the same fields). Off by default: they "
+        "cost about 40 % of producing a message (docs/KAFKA.md, \"Headers\")."
+    )
     schema_change_topic: str | None = Field(
         "{prefix}",
         description="Schema changes (`op = s` records) go to this one-partition topic "

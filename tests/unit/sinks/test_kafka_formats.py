@@ -241,9 +241,34 @@ def test_value_and_headers_columns_replace_the_format_where_a_row_sets_them():
     key, value, hdrs = encode(event)
     assert (key, value) == (b'"7"', b'{"reservation": 7}')
     assert dict(hdrs)["eventType"] == b"Booked" and dict(hdrs)["id"] == b"12"
-    assert dict(hdrs)["seq"] == str(SEQ).encode()          # the sink's own headers stay
+    assert "seq" not in dict(hdrs)                        # no position headers by default
     plain = {**ROW, "message_value": None, "message_headers": None}
+    assert encode(plain) == (encode_key(ROW), mysqlcdc_value(ROW), None)
+    # with position_headers the sink's own headers stay next to the column's
+    settings = KafkaSettings(producer={"bootstrap.servers": "b"}, value_column="message_value",
+                             headers_column="message_headers", position_headers=True)
+    assert KafkaSettings.parse({**settings.to_options(), "kafka.bootstrap.servers": "b"}
+                               ).position_headers is True
+    encode = row_encoder(settings)
+    key, value, hdrs = encode(event)
+    assert dict(hdrs)["eventType"] == b"Booked" and dict(hdrs)["seq"] == str(SEQ).encode()
     assert encode(plain) == (encode_key(ROW), mysqlcdc_value(ROW), headers(ROW))
+
+
+def test_position_headers_are_off_by_default_and_key_changes_keep_theirs():
+    from mysqlcdc.sinks.kafka.publish import row_encoder
+
+    settings = KafkaSettings(producer={"bootstrap.servers": "b"})
+    assert settings.position_headers is False
+    assert KafkaSettings.parse(settings.to_options()).position_headers is False
+    assert headers(ROW, position=False) is None
+    delete = {**ROW, "op": "d", "moved_key": '{"id":5}'}
+    assert headers(delete, position=False) == [("__debezium.newkey", b'{"id":5}')]
+    encode = row_encoder(settings)
+    assert encode(ROW)[2] is None
+    assert [k for k, _ in encode(delete)[2]] == ["__debezium.newkey"]
+    on = row_encoder(KafkaSettings(producer={"bootstrap.servers": "b"}, position_headers=True))
+    assert [k for k, _ in on(ROW)[2]] == ["seq", "file", "pos", "row", "gtid"]
 
 
 def _envelope_batch(rows: list[dict]):
@@ -266,8 +291,9 @@ def test_a_batchs_messages_built_by_column_equal_the_row_encoders():
             {**ROW, "op": "c", "before": None, "moved_key": '{"id":1}', "key": None},
             {**ROW, "op": "t", "before": None, "after": None, "key": None, "file": None,
              "pos": None, "row": None, "ts_ms": None}]
-    for tombstones in (None, False):
-        settings = KafkaSettings(producer={"bootstrap.servers": "b"}, tombstones=tombstones)
+    for tombstones, position in ((None, True), (False, True), (None, False), (False, False)):
+        settings = KafkaSettings(producer={"bootstrap.servers": "b"}, tombstones=tombstones,
+                                 position_headers=position)
         batch = _envelope_batch(rows)
         topics, keys, values, hdrs, after = batch_messages(settings, batch)
         encode, router = row_encoder(settings), TopicRouter(settings)
@@ -279,7 +305,7 @@ def test_a_batchs_messages_built_by_column_equal_the_row_encoders():
     # file or of two
     one_file = [{**ROW, "pos": 100 + i, "row": i, "gtid": f"0-7-{i}"} for i in range(4)]
     two_files = [{**r, "file": f"mariadb-bin.00000{3 + r['row'] % 2}"} for r in one_file]
-    settings = KafkaSettings(producer={"bootstrap.servers": "b"})
+    settings = KafkaSettings(producer={"bootstrap.servers": "b"}, position_headers=True)
     encode = row_encoder(settings)
     for rows_ in (one_file, two_files):
         batch = _envelope_batch(rows_)

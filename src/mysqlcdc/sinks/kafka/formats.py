@@ -8,9 +8,10 @@ their exact encoding (BIGINT UNSIGNED, DECIMAL strings) byte for byte.
 
 * key: the envelope's ``key`` (``{"id": 1}``).
 * value: the envelope as one JSON object, ``seq`` as a decimal string.
-* headers: ``seq``, ``file``, ``pos``, ``row``, ``gtid`` (when known) as UTF-8 text; the two
-  halves of a key change add ``__debezium.newkey`` (on the delete) or
-  ``__debezium.oldkey`` (on the create) with the other half's key.
+* headers: with the sink's ``position_headers``, ``seq``, ``file``, ``pos``, ``row``,
+  ``gtid`` (when known) as UTF-8 text; always, the two halves of a key change carry
+  ``__debezium.newkey`` (on the delete) or ``__debezium.oldkey`` (on the create) with the
+  other half's key.
 
 ``seq`` is text everywhere (38 digits do not fit a JSON double); compare it as an integer.
 """
@@ -43,18 +44,23 @@ def mysqlcdc_value(row: Row) -> bytes:
     return envelope_json(row)
 
 
-def headers(row: Row, moved: bytes | None = None) -> list[tuple[str, bytes]]:
-    """``moved``: the other half's key as the format writes keys (default: the envelope's)."""
-    out = [("seq", str(row["seq"]).encode()), ("file", str(row["file"]).encode()),
-           ("pos", str(row["pos"]).encode()), ("row", str(row["row"]).encode())]
-    if row["gtid"] is not None:
-        out.append(("gtid", row["gtid"].encode()))
+def headers(row: Row, moved: bytes | None = None,
+            position: bool = True) -> list[tuple[str, bytes]] | None:
+    """A message's headers, None when it has none. ``moved``: the other half's key as the
+    format writes keys (default: the envelope's); ``position``: with the position headers
+    (the sink's ``position_headers``)."""
+    out = []
+    if position:
+        out += [("seq", str(row["seq"]).encode()), ("file", str(row["file"]).encode()),
+                ("pos", str(row["pos"]).encode()), ("row", str(row["row"]).encode())]
+        if row["gtid"] is not None:
+            out.append(("gtid", row["gtid"].encode()))
     if row.get("moved_key") is not None:
         # a key change's halves name each other's key, as Debezium's headers do: the
         # delete of the old key carries the new one, the create carries the old one
         name = "__debezium.newkey" if row["op"] == "d" else "__debezium.oldkey"
         out.append((name, row["moved_key"].encode() if moved is None else moved))
-    return out
+    return out or None
 
 
 # --- transaction boundaries -------------------------------------------------

@@ -157,14 +157,24 @@ def batch_messages(settings: KafkaSettings, batch: pa.RecordBatch):
     else:
         topics = [router.topic({"db": d, "table": t})
                   for d, t in zip(db.to_pylist(), table.to_pylist())]
+    ops = batch.column("op").to_pylist()
+    moved_none = batch.column("moved_key").null_count == n
+    if not settings.position_headers:
+        # the key-change headers alone, on the two halves of a key change
+        moved = [] if moved_none else batch.column("moved_key").cast(pa.binary()).to_pylist()
+        headers = [None] * n if moved_none else [
+            None if other is None else
+            [("__debezium.newkey" if op == "d" else "__debezium.oldkey", other)]
+            for other, op in zip(moved, ops)]
+        tombstones = [op == "d" for op in ops] if settings.send_tombstones else [False] * n
+        return topics, keys, values, headers, tombstones
     # as the row encoder's str(): a null seq, file, pos or row reads "None" (gtid and
     # moved_key are left out when null)
     text = [pc.cast(pc.fill_null(pc.cast(batch.column(c), pa.string()), "None")
                     if c not in ("gtid", "moved_key") else batch.column(c), pa.binary()
                     ).to_pylist() for c in ("seq", "file", "pos", "row", "gtid", "moved_key")]
-    ops = batch.column("op").to_pylist()
     seqs, files, poss, rows, gtids, moved = text
-    if batch.column("moved_key").null_count == n and batch.column("gtid").null_count == 0:
+    if moved_none and batch.column("gtid").null_count == 0:
         headers = [[("seq", a), ("file", b), ("pos", c), ("row", d), ("gtid", e)]
                    for a, b, c, d, e in zip(seqs, files, poss, rows, gtids)]
     else:
@@ -204,11 +214,12 @@ def row_encoder(settings: KafkaSettings) -> Encode:
     encode = _format_encoder(settings)
     if settings.value_column is None and settings.headers_column is None:
         return encode
-    return _with_columns(encode, settings.value_column, settings.headers_column)
+    return _with_columns(encode, settings.value_column, settings.headers_column,
+                         settings.position_headers)
 
 
 def _with_columns(encode: Encode, value_column: str | None,
-                  headers_column: str | None) -> Encode:
+                  headers_column: str | None, position: bool) -> Encode:
     """A row whose ``value_column`` holds text is sent as that text, keyed by the
     envelope's key (its ``after`` is no table row the format could encode, such as an
     outbox event's payload); ``headers_column``'s JSON object adds headers."""
@@ -217,12 +228,12 @@ def _with_columns(encode: Encode, value_column: str | None,
     def encode_row(row: dict) -> tuple[bytes | None, bytes, list]:
         value = row.get(value_column) if value_column else None
         if value is not None:
-            key, out, hdrs = encode_key(row), value.encode(), headers(row)
+            key, out, hdrs = encode_key(row), value.encode(), headers(row, None, position)
         else:
             key, out, hdrs = encode(row)
         extra = row.get(headers_column) if headers_column else None
         if extra:
-            hdrs = hdrs + [(str(k), (v if isinstance(v, str) else orjson.dumps(v).decode())
+            hdrs = (hdrs or []) + [(str(k), (v if isinstance(v, str) else orjson.dumps(v).decode())
                             .encode()) for k, v in orjson.loads(extra).items() if v is not None]
         return key, out, hdrs
     return encode_row
@@ -230,15 +241,16 @@ def _with_columns(encode: Encode, value_column: str | None,
 
 def _format_encoder(settings: KafkaSettings) -> Encode:
     if settings.format != "debezium":
-        return lambda row: (encode_key(row), mysqlcdc_value(row), headers(row))
+        position = settings.position_headers
+        return lambda row: (encode_key(row), mysqlcdc_value(row), headers(row, None, position))
     dbz = DebeziumEncoder(prefix=settings.prefix, schemas=settings.schemas,
                           modes=settings.modes,
                           definitions=HistoryDefinitions(settings.history_dir))
-    now_ns = time.time_ns()
+    now_ns, position = time.time_ns(), settings.position_headers
 
     def encode(row: dict) -> tuple[bytes | None, bytes, list]:
         moved = None if row.get("moved_key") is None else dbz.moved_key(row)
-        return dbz.key(row), dbz.value(row, now_ns), headers(row, moved)
+        return dbz.key(row), dbz.value(row, now_ns), headers(row, moved, position)
     return encode
 
 

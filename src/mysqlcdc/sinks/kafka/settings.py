@@ -16,6 +16,7 @@ The writer receives only Spark options (strings, keys lower-cased by Spark). Opt
     schemaHistory            the source query's schema history folder (debezium format)
     tombstones               true | false: a null-value record after each delete
                              (default: true for debezium, false for mysqlcdc)
+    positionHeaders          true | false (default): headers seq, file, pos, row, gtid
     schemaChangeTopic        op=s records (template), default {prefix}; "" for none
     partitions, replicationFactor, topicConfig.<key>   for topics the sink creates
     transactionTopic         BEGIN/END records per transaction (template), default none
@@ -60,6 +61,7 @@ class KafkaSettings:
     headers_column: str | None = None
     format: str = "mysqlcdc"
     tombstones: bool | None = None
+    position_headers: bool = False
     schemas: bool = True
     decimal_handling_mode: str = "precise"
     time_precision_mode: str = "adaptive_time_microseconds"
@@ -159,6 +161,8 @@ class KafkaSettings:
                 opts[key] = value
         if self.tombstones is not None:
             opts["tombstones"] = str(self.tombstones).lower()
+        if self.position_headers:
+            opts["positionHeaders"] = "true"
         return opts
 
     @classmethod
@@ -175,6 +179,7 @@ class KafkaSettings:
             value_column=low.get("valuecolumn") or None,
             headers_column=low.get("headerscolumn") or None,
             tombstones=_bool(low, "tombstones") if "tombstones" in low else None,
+            position_headers=_bool(low, "positionheaders", "false"),
             schemas=_bool(low, "schemas", "true"),
             decimal_handling_mode=low.get("decimalhandlingmode", cls.decimal_handling_mode),
             time_precision_mode=low.get("timeprecisionmode", cls.time_precision_mode),
@@ -205,6 +210,7 @@ def from_sink_config(sink, pipeline: str, history_dir: str | None = None) -> Kaf
         producer=producer, topic=sink.topic, prefix=sink.topic_prefix or pipeline,
         topic_column=sink.topic_column, value_column=sink.value_column,
         headers_column=sink.headers_column, format=sink.format, tombstones=sink.tombstones,
+        position_headers=sink.position_headers,
         partitions=sink.partitions, replication_factor=sink.replication_factor,
         topic_config=dict(sink.topic_config), transaction_topic=sink.transaction_topic,
         commit_topic=sink.commit_topic, pipeline=pipeline,
