@@ -73,6 +73,14 @@ class CheckedProducer:
         """:meth:`send` of every message in order, each flagged one followed by a tombstone
         (its key, no value)."""
         produce, report = self._producer.produce, self._on_delivery
+        if not any(tombstones) and headers.count(None) == len(headers):
+            # the usual batch (no tombstones, no headers): fewer arguments per call
+            for topic, key, value in zip(topics, keys, values):
+                try:
+                    produce(topic, value, key, on_delivery=report)
+                except BufferError:
+                    self.send(topic, key, value)
+            return
         for topic, key, value, hdrs, tombstone in zip(topics, keys, values, headers, tombstones):
             try:
                 produce(topic, value, key, headers=hdrs, on_delivery=report)
