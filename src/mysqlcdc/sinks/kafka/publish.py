@@ -233,8 +233,9 @@ def _with_columns(encode: Encode, value_column: str | None,
             key, out, hdrs = encode(row)
         extra = row.get(headers_column) if headers_column else None
         if extra:
-            hdrs = (hdrs or []) + [(str(k), (v if isinstance(v, str) else orjson.dumps(v).decode())
-                            .encode()) for k, v in orjson.loads(extra).items() if v is not None]
+            hdrs = (hdrs or []) + [
+                (str(k), (v if isinstance(v, str) else orjson.dumps(v).decode()).encode())
+                for k, v in orjson.loads(extra).items() if v is not None]
         return key, out, hdrs
     return encode_row
 
