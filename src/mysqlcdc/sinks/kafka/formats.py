@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping
 from mysqlcdc.envelope.model import envelope_json
 from mysqlcdc.sinks.kafka.txnorder import counted
 
-__all__ = ["encode_key", "mysqlcdc_value", "headers", "TxnTally", "tally_transactions",
-           "merge_tallies", "boundary_records"]
+__all__ = ["encode_key", "mysqlcdc_value", "headers", "key_change_header", "TxnTally",
+           "tally_transactions", "merge_tallies", "boundary_records"]
 
 Row = Mapping[str, Any]
 
@@ -56,11 +56,15 @@ def headers(row: Row, moved: bytes | None = None,
         if row["gtid"] is not None:
             out.append(("gtid", row["gtid"].encode()))
     if row.get("moved_key") is not None:
-        # a key change's halves name each other's key, as Debezium's headers do: the
-        # delete of the old key carries the new one, the create carries the old one
-        name = "__debezium.newkey" if row["op"] == "d" else "__debezium.oldkey"
-        out.append((name, row["moved_key"].encode() if moved is None else moved))
+        out.append((key_change_header(row["op"]),
+                    row["moved_key"].encode() if moved is None else moved))
     return out or None
+
+
+def key_change_header(op: str) -> str:
+    """The header naming the other half of a key change: as Debezium's, the delete of the
+    old key carries the new one, the create carries the old one."""
+    return "__debezium.newkey" if op == "d" else "__debezium.oldkey"
 
 
 # --- transaction boundaries -------------------------------------------------

@@ -28,7 +28,8 @@ from mysqlcdc.sinks.kafka.commitlog import CommitRecord
 from mysqlcdc.sinks.kafka.connect import TXN_KEY, TXN_VALUE
 from mysqlcdc.sinks.kafka.debezium import DebeziumEncoder, KafkaSchemaUnknownError
 from mysqlcdc.sinks.kafka.formats import (
-    TxnTally, boundary_records, encode_key, headers, mysqlcdc_value, tally_transactions,
+    TxnTally, boundary_records, encode_key, headers, key_change_header, mysqlcdc_value,
+    tally_transactions,
 )
 from mysqlcdc.sinks.kafka.producer import drop_producer, producer_for, with_retries
 from mysqlcdc.sinks.kafka.schemachange import schema_change_messages
@@ -158,36 +159,40 @@ def batch_messages(settings: KafkaSettings, batch: pa.RecordBatch):
         topics = [router.topic({"db": d, "table": t})
                   for d, t in zip(db.to_pylist(), table.to_pylist())]
     ops = batch.column("op").to_pylist()
+    headers = _batch_headers(batch, ops, settings.position_headers)
+    tombstones = [op == "d" for op in ops] if settings.send_tombstones else [False] * n
+    return topics, keys, values, headers, tombstones
+
+
+def _batch_headers(batch: pa.RecordBatch, ops: list[str], position: bool) -> list:
+    """Each row's headers as :func:`formats.headers` makes them (None: none), from cast
+    columns."""
+    n = batch.num_rows
     moved_none = batch.column("moved_key").null_count == n
-    if not settings.position_headers:
-        # the key-change headers alone, on the two halves of a key change
-        moved = [] if moved_none else batch.column("moved_key").cast(pa.binary()).to_pylist()
-        headers = [None] * n if moved_none else [
-            None if other is None else
-            [("__debezium.newkey" if op == "d" else "__debezium.oldkey", other)]
-            for other, op in zip(moved, ops)]
-        tombstones = [op == "d" for op in ops] if settings.send_tombstones else [False] * n
-        return topics, keys, values, headers, tombstones
+    if not position:                 # the key-change headers alone, on a key change's halves
+        if moved_none:
+            return [None] * n
+        moved = batch.column("moved_key").cast(pa.binary()).to_pylist()
+        return [None if other is None else [(key_change_header(op), other)]
+                for other, op in zip(moved, ops)]
     # as the row encoder's str(): a null seq, file, pos or row reads "None" (gtid and
     # moved_key are left out when null)
     text = [pc.cast(pc.fill_null(pc.cast(batch.column(c), pa.string()), "None")
                     if c not in ("gtid", "moved_key") else batch.column(c), pa.binary()
                     ).to_pylist() for c in ("seq", "file", "pos", "row", "gtid", "moved_key")]
-    seqs, files, poss, rows, gtids, moved = text
+    seqs, files, poss, rows, gtids, _ = text
     if moved_none and batch.column("gtid").null_count == 0:
-        headers = [[("seq", a), ("file", b), ("pos", c), ("row", d), ("gtid", e)]
-                   for a, b, c, d, e in zip(seqs, files, poss, rows, gtids)]
-    else:
-        headers = []
-        for seq, file, pos, row, gtid, other, op in zip(*text, ops):
-            out = [("seq", seq), ("file", file), ("pos", pos), ("row", row)]
-            if gtid is not None:
-                out.append(("gtid", gtid))
-            if other is not None:
-                out.append(("__debezium.newkey" if op == "d" else "__debezium.oldkey", other))
-            headers.append(out)
-    tombstones = [op == "d" for op in ops] if settings.send_tombstones else [False] * n
-    return topics, keys, values, headers, tombstones
+        return [[("seq", a), ("file", b), ("pos", c), ("row", d), ("gtid", e)]
+                for a, b, c, d, e in zip(seqs, files, poss, rows, gtids)]
+    headers = []
+    for seq, file, pos, row, gtid, other, op in zip(*text, ops):
+        out = [("seq", seq), ("file", file), ("pos", pos), ("row", row)]
+        if gtid is not None:
+            out.append(("gtid", gtid))
+        if other is not None:
+            out.append((key_change_header(op), other))
+        headers.append(out)
+    return headers
 
 
 def send_messages(settings: KafkaSettings, topics: list[str], keys: list, values: list,
