@@ -64,13 +64,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--bootstrap", help="an existing broker (default: a private test broker)")
     args = ap.parse_args()
-    broker = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        from tests.support.kafka import Broker
+    from tests.support.kafka import Broker
 
-        broker = Broker(None).start()
-        bootstrap = broker.bootstrap
+    broker = Broker(args.bootstrap).start()     # a private broker unless one is named
+    bootstrap = broker.bootstrap
     try:
         print("| table | codec | value bytes / message | sent bytes / message | × none |")
         print("|---|---|---:|---:|---:|")
@@ -85,8 +82,7 @@ def main() -> None:
                 print(f"| {table.name} | {codec} | {value:.0f} | {sent:.0f} | "
                       f"{sent / plain:.2f} |", flush=True)
     finally:
-        if broker is not None:
-            broker.kill()
+        broker.kill()                           # nothing to stop for a named broker
 
 
 if __name__ == "__main__":

@@ -86,13 +86,11 @@ def main() -> None:
     if args.variant:
         print(json.dumps(produce(args.bootstrap, args.variant, args.messages)), flush=True)
         return
-    broker, bootstrap = None, args.bootstrap
-    if bootstrap is None:
-        sys.path.insert(0, str(ROOT))
-        from tests.support.kafka import Broker
+    sys.path.insert(0, str(ROOT))
+    from tests.support.kafka import Broker
 
-        broker = Broker(None).start()
-        bootstrap = broker.bootstrap
+    broker = Broker(args.bootstrap).start()     # a private broker unless one is named
+    bootstrap = broker.bootstrap
     try:
         print("| round | headers | producing thread CPU s | other CPU s | process CPU s |")
         print("|---:|---|---:|---:|---:|")
@@ -107,8 +105,7 @@ def main() -> None:
                 print(f"| {r + 1} | {variant} | {got['producing_thread_cpu_s']:.2f} | "
                       f"{got['other_cpu_s']:.2f} | {got['process_cpu_s']:.2f} |", flush=True)
     finally:
-        if broker is not None:
-            broker.kill()
+        broker.kill()                           # nothing to stop for a named broker
 
 
 if __name__ == "__main__":
