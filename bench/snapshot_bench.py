@@ -224,7 +224,8 @@ def run_worker(server, table: str, tool: str, rows: int, server_id: int) -> dict
     """One Python process per run: ``--worker`` below. Its last line is the result."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     cmd = [sys.executable, __file__, "--worker", tool, "--table", table, "--port",
-           str(server.port), "--rows", str(rows), "--server-id", str(server_id)]
+           str(server.port), "--rows", str(rows), "--server-id", str(server_id),
+           "--server-pid", str(server.process.pid)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             text=True)
     sampler = Sampler(proc.pid)
@@ -238,11 +239,12 @@ def run_worker(server, table: str, tool: str, rows: int, server_id: int) -> dict
     return result
 
 
-def worker_pymysql(port: int, table: str) -> dict:
+def worker_pymysql(port: int, table: str, server_pid: int) -> dict:
     import pymysql
 
     conn = pymysql.connect(host="127.0.0.1", port=port, user="root", database="snap",
                            charset="utf8mb4")
+    server_began = _cpu_s(server_pid)
     began = time.perf_counter()
     cur = conn.cursor(pymysql.cursors.SSCursor)
     cur.execute(f"SELECT * FROM {table}")
@@ -255,15 +257,16 @@ def worker_pymysql(port: int, table: str) -> dict:
             for _ in row:
                 pass
         n += len(rows)
+    seconds = time.perf_counter() - began
     cpu = time.process_time()
-    return {"seconds": time.perf_counter() - began, "rows": n,
-            "cpu_s": {"driver": round(cpu, 2), "total": round(cpu, 2)}}
+    return {"seconds": seconds, "rows": n,
+            "server_query_cpu_s": round(_cpu_s(server_pid) - server_began, 2), "cpu_s": {"driver": round(cpu, 2), "total": round(cpu, 2)}}
 
 
-def worker_spark(port: int, table: str, tool: str, server_id: int) -> dict:
+def worker_spark(port: int, table: str, tool: str, server_id: int, server_pid: int) -> dict:
     """The snapshot twice in one session: ``cold`` (the session's first query: Spark starts
     its Python workers) and ``warm`` (the same query again), each timed from start to end
-    with the CPU seconds of every process of the session."""
+    with the CPU seconds of every process of the session and of the server."""
     from mysqlcdc.spark import build_session
 
     # the JVM's compilers `mysqlcdc run` picks for such a sink (pipeline.runner.jit_mode):
@@ -277,14 +280,17 @@ def worker_spark(port: int, table: str, tool: str, server_id: int) -> dict:
         meter, stop = CpuMeter(os.getpid()), threading.Event()
         meter.start()
         poller = threading.Thread(target=_poll_until, args=(meter, stop), daemon=True)
+        server_began = _cpu_s(server_pid)
         began = time.perf_counter()
         poller.start()
         rows, batches, in_batches = _snapshot_query(spark, port, table, tool, sid)
         seconds = time.perf_counter() - began
+        server_cpu = _cpu_s(server_pid) - server_began
         stop.set()
         poller.join()
         runs[run] = {"seconds": seconds, "rows": rows, "batches": batches,
-                     "in_batches_s": in_batches, "cpu_s": meter.stop()}
+                     "in_batches_s": in_batches, "cpu_s": meter.stop(),
+                     "server_query_cpu_s": round(server_cpu, 2)}
     spark.stop()
     return {**runs["warm"], "cold": {k: v for k, v in runs["cold"].items() if k != "rows"}}
 
@@ -363,8 +369,10 @@ def compare(args) -> list[dict]:
                         r["rows"] = args.rows
                     else:
                         r = run_worker(server, table, tool, args.rows, 7500 + 10 * (rep * 5 + i))
-                    # the server's CPU over the whole run (a Spark tool: both its runs)
-                    r["server_cpu_s"] = round(_cpu_s(server.process.pid) - server_cpu, 2)
+                    # the server's CPU over the whole run (a Spark tool: both its queries,
+                    # cold and warm); ``server_query_cpu_s``: over the timed query alone
+                    r["server_run_cpu_s"] = round(_cpu_s(server.process.pid) - server_cpu, 2)
+                    r.setdefault("server_query_cpu_s", r["server_run_cpu_s"])
                     r.update({"table": table, "tool": tool, "rep": rep,
                               "rows_per_s": round(r["rows"] / r["seconds"])})
                     r["seconds"] = round(r["seconds"], 2)
@@ -392,7 +400,8 @@ def summarize(results: list[dict], rows: int) -> dict:
                 ratios[tool] = round(statistics.median(per_round), 3)
         peak = {t: max((r["rss_mb"].get("total", 0) for r in mine if r["tool"] == t), default=0)
                 for t in rates}
-        cpu = {t: _median_cpu([r["cpu_s"] for r in mine if r["tool"] == t]) for t in rates}
+        cpu = {t: _median_cpu([{**r["cpu_s"], "server": r["server_query_cpu_s"]}
+                               for r in mine if r["tool"] == t]) for t in rates}
         out[table] = {"rows": rows, "rows_per_s": {k: round(v) for k, v in rates.items()},
                       "x_dump": ratios, "peak_rss_mb": peak, "cpu_s": cpu}
     return out
@@ -417,12 +426,14 @@ def main() -> None:
     ap.add_argument("--table", help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--server-id", type=int, default=7500, help=argparse.SUPPRESS)
+    ap.add_argument("--server-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker == "pymysql":
-        print(json.dumps(worker_pymysql(args.port, args.table)))
+        print(json.dumps(worker_pymysql(args.port, args.table, args.server_pid)))
         return
     if args.worker:
-        print(json.dumps(worker_spark(args.port, args.table, args.worker, args.server_id)))
+        print(json.dumps(worker_spark(args.port, args.table, args.worker, args.server_id,
+                                      args.server_pid)))
         return
     results = compare(args)
     summary = summarize(results, args.rows)
