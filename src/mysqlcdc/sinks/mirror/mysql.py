@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from mysqlcdc.schema.model import ColumnDef, TableDef
 from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import GEOMETRY_TYPES, python_value
-from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, TableRefused,
-                                          TargetAuthError)
+from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
+                                          TableRefused, TargetAuthError)
 
 __all__ = ["MySQLTarget", "mysql_type"]
 
@@ -62,7 +62,7 @@ def _lit(v: str) -> str:
     return "'" + v.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
-class MySQLTarget:
+class MySQLTarget(SqlSavepoints):
     """One connection; see writer.Target. DDL is not transactional here."""
 
     transactional_ddl = False
@@ -163,19 +163,6 @@ class MySQLTarget:
 
     def rollback(self) -> None:
         self.conn.rollback()
-
-    def savepoint(self) -> None:
-        self._sp += 1
-        self._x(f"SAVEPOINT mirror_{self._sp}")
-
-    def rollback_savepoint(self) -> None:
-        self._x(f"ROLLBACK TO SAVEPOINT mirror_{self._sp}")
-        self._x(f"RELEASE SAVEPOINT mirror_{self._sp}")
-        self._sp -= 1
-
-    def release_savepoint(self) -> None:
-        self._x(f"RELEASE SAVEPOINT mirror_{self._sp}")
-        self._sp -= 1
 
     def stop_table(self, pipeline, db, table, code, message, seq) -> None:
         self._x(f"INSERT INTO {self._ledger}.mysqlcdc_mirror_stopped (pipeline, db, tbl, code, "

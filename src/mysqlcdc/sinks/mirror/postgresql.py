@@ -34,8 +34,8 @@ from datetime import datetime
 from mysqlcdc.schema.model import ColumnDef, TableDef
 from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import BINARY_TYPES, GEOMETRY_TYPES, TEXT_TYPES, python_value
-from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, TableRefused,
-                                          TargetAuthError)
+from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
+                                          TableRefused, TargetAuthError)
 
 __all__ = ["PostgresTarget", "pg_type"]
 
@@ -78,7 +78,7 @@ def pg_type(col: ColumnDef) -> str:
                        "mapping")
 
 
-class PostgresTarget:
+class PostgresTarget(SqlSavepoints):
     """One connection, one transaction per batch (see writer.Target)."""
 
     def __init__(self, settings) -> None:
@@ -153,19 +153,6 @@ class PostgresTarget:
 
     def rollback(self) -> None:
         self.conn.rollback()
-
-    def savepoint(self) -> None:
-        self._sp += 1
-        self._x(f"SAVEPOINT mirror_{self._sp}")
-
-    def rollback_savepoint(self) -> None:
-        self._x(f"ROLLBACK TO SAVEPOINT mirror_{self._sp}")
-        self._x(f"RELEASE SAVEPOINT mirror_{self._sp}")
-        self._sp -= 1
-
-    def release_savepoint(self) -> None:
-        self._x(f"RELEASE SAVEPOINT mirror_{self._sp}")
-        self._sp -= 1
 
     def stop_table(self, pipeline, db, table, code, message, seq) -> None:
         self._x("INSERT INTO public.mysqlcdc_mirror_stopped (pipeline, db, tbl, code, message, seq) "

@@ -110,6 +110,27 @@ def _same_type(a: ColumnDef, b: ColumnDef) -> bool:
         ((b.column_type or b.data_type), b.unsigned, b.charset == "binary")
 
 
+class SqlSavepoints:
+    """``savepoint``/``rollback_savepoint``/``release_savepoint`` of writer.Target for a
+    SQL target: nested savepoints ``mirror_<depth>``, each statement run by the target's
+    ``_x``."""
+
+    _sp = 0
+
+    def savepoint(self) -> None:
+        self._sp += 1
+        self._x(f"SAVEPOINT mirror_{self._sp}")
+
+    def rollback_savepoint(self) -> None:
+        self._x(f"ROLLBACK TO SAVEPOINT mirror_{self._sp}")
+        self._x(f"RELEASE SAVEPOINT mirror_{self._sp}")
+        self._sp -= 1
+
+    def release_savepoint(self) -> None:
+        self._x(f"RELEASE SAVEPOINT mirror_{self._sp}")
+        self._sp -= 1
+
+
 class Target(Protocol):
     """What a mirror target implements (see postgresql.py). Every method runs inside
     the batch transaction opened by :meth:`begin`."""
