@@ -260,7 +260,8 @@ def worker_pymysql(port: int, table: str, server_pid: int) -> dict:
     seconds = time.perf_counter() - began
     cpu = time.process_time()
     return {"seconds": seconds, "rows": n,
-            "server_query_cpu_s": round(_cpu_s(server_pid) - server_began, 2), "cpu_s": {"driver": round(cpu, 2), "total": round(cpu, 2)}}
+            "server_query_cpu_s": round(_cpu_s(server_pid) - server_began, 2),
+            "cpu_s": {"driver": round(cpu, 2), "total": round(cpu, 2)}}
 
 
 def worker_spark(port: int, table: str, tool: str, server_id: int, server_pid: int) -> dict:
