@@ -38,6 +38,7 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   └── SeekNotConfirmedError   a seek that skips or replays, not confirmed as such
     │   ├── ServerBinaryMissingError    the demo's throwaway server is not installed
     │   ├── LocalServerError            the demo's throwaway server did not start
+    │   ├── SparkStartError             the Spark driver's JVM ended before it started
     │   ├── UnauthorizedError           an API request without the instance's bearer token
     │   ├── MirrorTableStoppedError     a change a mirror target cannot apply (that table stops)
     │   ├── MirrorAuthError             a mirror target refused the credentials
@@ -100,6 +101,7 @@ __all__ = [
     "SeekNotConfirmedError",
     "ServerBinaryMissingError",
     "LocalServerError",
+    "SparkStartError",
     "UnauthorizedError",
     "from_text",
 ]
@@ -488,6 +490,12 @@ class LocalServerError(TerminalError):
     code = "LOCAL_SERVER_FAILED"
     hint = ("Read the server's error log named in the message, or point the demo at a server "
             "you have: mysqlcdc demo --mysql mysql://user:password@host:3306")
+
+
+class SparkStartError(TerminalError):
+    code = "SPARK_START_FAILED"
+    hint = ("Read the lines above from Java or spark-submit; check JAVA_HOME (Java 17 or 21) "
+            "and the pipeline's spark.conf (spark.driver.memory, spark.driver.extraJavaOptions).")
 
 
 class UnauthorizedError(TerminalError):

@@ -124,3 +124,25 @@ def test_a_refused_schema_bootstrap_is_one_line(mariadb, fresh_db, tmp_path):
                        extra=f"  tables: {{include: [\"{fresh_db}.*\"]}}\n")
     err = _one_line(_cli("run", "--until-idle", str(config)), "SCHEMA_BOOTSTRAP_UNSAFE")
     assert "schema_bootstrap" in err and "== Physical Plan ==" not in err
+
+
+def test_a_spark_driver_that_cannot_start_is_one_line(mariadb, fresh_db, tmp_path):
+    """A Spark setting the JVM refuses ends in SPARK_START_FAILED after what Java said; a
+    run whose JVM starts prints no boot warning of Spark's JVM (its incubating module)."""
+    def config(name: str, conf: str) -> Path:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(f"name: {name}\nsource:\n  host: 127.0.0.1\n  port: {mariadb.port}\n"
+                        f"  user: root\n  server_id: 7902\n  start: latest\n"
+                        f"  tables: {{include: [\"{fresh_db}.*\"]}}\n"
+                        f"spark:\n  checkpoint: ./ck-{name}\n  master: \"local[1]\"\n{conf}"
+                        "sinks:\n  - console: {}\n")
+        return path
+
+    failed = _cli("run", "--until-idle", str(config("tiny", "  conf:\n    spark.driver.memory: "
+                                                         "\"1k\"\n")), cwd=tmp_path)
+    assert "spark.driver.memory" in _one_line(failed, "SPARK_START_FAILED")
+    assert "Too small maximum heap" in failed.stdout + failed.stderr    # what Java said
+
+    done = _cli("run", "--until-idle", str(config("fine", "")), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "incubator" not in done.stderr and "WARNING" not in done.stderr, done.stderr

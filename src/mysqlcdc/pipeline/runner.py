@@ -463,7 +463,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     history_ready = history_ahead(cfg, on_ready=lambda: [a.start() for a in aheads.values()])
     if spark is None:                # this process owns Spark: stop it on SIGTERM too
         spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
-                              dict(cfg.spark.conf), jit=jit_mode(cfg))
+                              dict(cfg.spark.conf), jit=jit_mode(cfg), quiet_boot=quiet)
         _stop_on_sigterm()
     if quiet:
         from mysqlcdc.spark.session import quiet_failures

@@ -86,12 +86,15 @@ def _user_log_config() -> bool:
 
 
 def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
-                  conf: Mapping[str, str] | None = None, *, jit: str = "full"):
+                  conf: Mapping[str, str] | None = None, *, jit: str = "full",
+                  quiet_boot: bool = True):
     """Get or create a SparkSession with the mysqlcdc source registered.
 
     Python workers must run this interpreter (it has pyarrow and mysqlcdc), so
     PYSPARK_PYTHON is pinned to it before the JVM starts. ``jit``: the JVM's compilers
-    (``JIT_MODES``); a session that exists already keeps its own.
+    (``JIT_MODES``); a session that exists already keeps its own. ``quiet_boot``: a JVM
+    started here has its standard error passed on without the warning every Spark 4 JVM
+    prints at its boot (``_launch_driver_jvm``); else it writes to this process's own.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -115,7 +118,17 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    try:
+        if quiet_boot:
+            _launch_driver_jvm(master, app_name, settings)
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        if getattr(exc, "getCondition", lambda: None)() == "JAVA_GATEWAY_EXITED":
+            from mysqlcdc.errors import SparkStartError
+
+            raise SparkStartError("the Spark driver's JVM ended before it started "
+                                  f"(master {master})") from None
+        raise
     if cache is not None:
         warmstart.after_start(spark)
     spark.sparkContext.setLogLevel("ERROR")
@@ -128,6 +141,72 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
         bridge.setLevel(max(logging.INFO, logging.getLogger().getEffectiveLevel()))
     register(spark)
     return spark
+
+
+# What the JVM prints at its boot because Spark's launcher always adds this incubating module
+# to the driver's options (only the ML library's linear algebra uses it): a warning about
+# nothing a user can act on, on every start of a pipeline
+_BOOT_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+def _launch_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+    """Start the driver JVM as ``SparkSession.builder`` would, its standard error passed on
+    by a thread that leaves out ``_BOOT_NOISE``. Nothing when a JVM runs already (or this
+    process was started by ``spark-submit``, which made it): the builder uses that one."""
+    import threading
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+        return
+    conf = SparkConf()
+    for key, value in {**settings, "spark.master": master, "spark.app.name": app_name}.items():
+        conf.set(key, value)
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:
+        return
+    try:
+        target = os.dup(2)                       # where the JVM's standard error went before
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return
+    passer = threading.Thread(target=_pass_on, args=(os.fdopen(read_end, "rb"), target),
+                              daemon=True, name="driver-jvm-stderr")
+    passer.start()
+    try:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
+    except BaseException:
+        os.close(write_end)
+        passer.join(timeout=2.0)                 # what the JVM said before it ended, first
+        raise
+    os.close(write_end)                          # the JVM (and its workers) hold it now
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _pass_on(source, target: int) -> None:
+    """Copy the JVM's standard error (and its Python workers', which inherit it) to
+    ``target`` line by line, without ``_BOOT_NOISE``. Reads to the end whatever happens, so
+    that the JVM never blocks writing to a full pipe."""
+    failed = False
+    try:
+        for line in source:
+            if failed or line.rstrip().startswith(_BOOT_NOISE):
+                continue
+            view = memoryview(line)
+            try:
+                while view:
+                    view = view[os.write(target, view):]
+            except OSError:
+                failed = True                    # nowhere to write: keep draining
+    finally:
+        source.close()
+        try:
+            os.close(target)
+        except OSError:
+            pass
 
 
 def _light_numpy_converter() -> None:
