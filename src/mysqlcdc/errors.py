@@ -47,6 +47,7 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   └── PluginError                 a plugin callback raised
     └── TransientError
         ├── ServerUnreachableError
+        ├── SparkMasterUnreachableError no standalone Spark master answers at spark.master
         ├── ConnectionLostError
         ├── MirrorUnavailableError      a mirror target is down after every retry
         └── DeadLetterWriteError        the dead-letter folder or topic refused a write
@@ -102,6 +103,7 @@ __all__ = [
     "ServerBinaryMissingError",
     "LocalServerError",
     "SparkStartError",
+    "SparkMasterUnreachableError",
     "UnauthorizedError",
     "from_text",
 ]
@@ -496,6 +498,12 @@ class SparkStartError(TerminalError):
     code = "SPARK_START_FAILED"
     hint = ("Read the lines above from Java or spark-submit; check JAVA_HOME (Java 17 or 21) "
             "and the pipeline's spark.conf (spark.driver.memory, spark.driver.extraJavaOptions).")
+
+
+class SparkMasterUnreachableError(TransientError):
+    code = "SPARK_MASTER_UNREACHABLE"
+    hint = ("Start the Spark master (pyspark's sbin/start-master.sh) or fix spark.master in "
+            "the pipeline file (spark://host:7077, or local[*] to run without a cluster).")
 
 
 class UnauthorizedError(TerminalError):

@@ -146,3 +146,15 @@ def test_a_spark_driver_that_cannot_start_is_one_line(mariadb, fresh_db, tmp_pat
     done = _cli("run", "--until-idle", str(config("fine", "")), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "incubator" not in done.stderr and "WARNING" not in done.stderr, done.stderr
+
+
+def test_a_spark_master_that_does_not_answer_is_one_line(mariadb, tmp_path):
+    """A standalone master nobody listens at is named at once, instead of Spark's minute of
+    retries with a stack trace each and an error about a stopped SparkContext."""
+    path = tmp_path / "p.yaml"
+    path.write_text(f"name: cli\nsource:\n  host: 127.0.0.1\n  port: {mariadb.port}\n"
+                    "  user: root\n  server_id: 7903\n  start: latest\n"
+                    f"spark:\n  checkpoint: ./ck\n  master: \"spark://127.0.0.1:{free_port()}\"\n"
+                    "sinks:\n  - console: {}\n")
+    err = _one_line(_cli("run", str(path), cwd=tmp_path), "SPARK_MASTER_UNREACHABLE")
+    assert "start-master.sh" in err and "Exception" not in err

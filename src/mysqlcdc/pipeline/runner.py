@@ -454,6 +454,10 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         check_user_code(cfg)     # a typo in user code stops here, before any server or Spark
     follow_failover(cfg)
     checked_preflight(cfg)
+    if spark is None:
+        from mysqlcdc.spark.session import check_master
+
+        check_master(cfg.spark.master)         # before anything is started for the run
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop
     aheads = _decode_ahead(cfg)

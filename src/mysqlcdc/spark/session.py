@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-__all__ = ["build_session", "register", "quiet_failures", "with_jit", "JIT_MODES"]
+__all__ = ["build_session", "register", "quiet_failures", "with_jit", "JIT_MODES",
+           "check_master"]
 
 # Quiet, small defaults for one machine; every key can be overridden by `conf`.
 DEFAULT_CONF = {
@@ -121,6 +122,8 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
     try:
         if quiet_boot:
             _launch_driver_jvm(master, app_name, settings)
+        elif not _jvm_running():
+            check_master(master)
         spark = builder.getOrCreate()
     except Exception as exc:
         if getattr(exc, "getCondition", lambda: None)() == "JAVA_GATEWAY_EXITED":
@@ -149,6 +152,39 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
 _BOOT_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
 
 
+def _jvm_running() -> bool:
+    """A driver JVM this process can use exists already (made here, or by ``spark-submit``
+    that started this process)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def check_master(master: str, timeout_s: float = 5.0) -> None:
+    """A standalone master (``spark://host:port``, several comma-separated for a standby)
+    must accept a connection, else ``SparkMasterUnreachableError`` at once: Spark's own
+    client tries for a minute, prints a stack trace at each attempt and then fails with an
+    error about a stopped SparkContext. Other masters are Spark's to check."""
+    import socket
+
+    from mysqlcdc.errors import ConfigError, SparkMasterUnreachableError
+
+    if not master.startswith("spark://"):
+        return
+    problems = []
+    for address in master[len("spark://"):].split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"spark.master {master!r}: {address!r} is not host:port")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return
+        except OSError as exc:
+            problems.append(f"{address.strip()}: {exc.strerror or exc}")
+    raise SparkMasterUnreachableError(f"no Spark master answers at {master} "
+                                      f"({'; '.join(problems)})")
+
+
 def _launch_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) -> None:
     """Start the driver JVM as ``SparkSession.builder`` would, its standard error passed on
     by a thread that leaves out ``_BOOT_NOISE``. Nothing when a JVM runs already (or this
@@ -158,8 +194,9 @@ def _launch_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) 
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+    if _jvm_running():
         return
+    check_master(master)
     conf = SparkConf()
     for key, value in {**settings, "spark.master": master, "spark.app.name": app_name}.items():
         conf.set(key, value)
