@@ -440,7 +440,9 @@ class SourceConfig(_Model):
 class SparkConfig(_Model):
     """The Spark session and streaming query that run the pipeline."""
 
-    master: str = Field("local[*]", min_length=1, description="Spark master URL.")
+    master: str = Field("local[*]", min_length=1, description="Spark master URL: `local[*]` "
+                        "(or `local[N]`) in this process, `spark://host:7077` for a standalone "
+                        "cluster (several `host:port` comma-separated for standby masters).")
     app_name: str | None = Field(
         None, description="Spark application name. Null: `mysqlcdc-<name>`."
     )
@@ -458,6 +460,18 @@ class SparkConfig(_Model):
         default_factory=dict,
         description="Extra Spark conf, key to value, such as `spark.sql.shuffle.partitions: 4`.",
     )
+
+    @field_validator("master")
+    @classmethod
+    def _standalone_addresses(cls, master: str) -> str:
+        if master.startswith("spark://"):
+            for address in master[len("spark://"):].split(","):
+                host, _, port = address.strip().rpartition(":")
+                if not host or not port.isdigit():
+                    raise PydanticCustomError(
+                        "spark_master", "spark:// must be followed by host:port, several "
+                        "comma-separated ({address} is not)", {"address": repr(address)})
+        return master
 
 
 # --- sinks -------------------------------------------------------------------

@@ -206,6 +206,12 @@ MISTAKES = {
         "trigger_interval",
         "'1 second'",
     ),
+    "standalone master without a port": (
+        FULL.replace('master: "local[*]"', 'master: "spark://spark-master"'),
+        "spark.master",
+        "master:",
+        "host:port",
+    ),
     "no sinks": (
         FULL[: FULL.index("sinks:")] + "sinks: []\n",
         "sinks",
