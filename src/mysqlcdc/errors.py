@@ -496,8 +496,9 @@ class LocalServerError(TerminalError):
 
 class SparkStartError(TerminalError):
     code = "SPARK_START_FAILED"
-    hint = ("Read the lines above from Java or spark-submit; check JAVA_HOME (Java 17 or 21) "
-            "and the pipeline's spark.conf (spark.driver.memory, spark.driver.extraJavaOptions).")
+    hint = ("Fix what the message, or the lines above it from Java or spark-submit, names: "
+            "the pipeline's spark.conf (such as spark.driver.memory, "
+            "spark.driver.extraJavaOptions) or JAVA_HOME (Java 17 or 21).")
 
 
 class SparkMasterUnreachableError(TransientError):

@@ -127,8 +127,9 @@ def test_a_refused_schema_bootstrap_is_one_line(mariadb, fresh_db, tmp_path):
 
 
 def test_a_spark_driver_that_cannot_start_is_one_line(mariadb, fresh_db, tmp_path):
-    """A Spark setting the JVM refuses ends in SPARK_START_FAILED after what Java said; a
-    run whose JVM starts prints no boot warning of Spark's JVM (its incubating module)."""
+    """A Spark setting the JVM refuses ends in SPARK_START_FAILED after what Java said, one
+    Spark refuses in it with Spark's reason; a run whose JVM starts prints no boot warning
+    of Spark's JVM (its incubating module)."""
     def config(name: str, conf: str) -> Path:
         path = tmp_path / f"{name}.yaml"
         path.write_text(f"name: {name}\nsource:\n  host: 127.0.0.1\n  port: {mariadb.port}\n"
@@ -142,6 +143,10 @@ def test_a_spark_driver_that_cannot_start_is_one_line(mariadb, fresh_db, tmp_pat
                                                          "\"1k\"\n")), cwd=tmp_path)
     assert "spark.driver.memory" in _one_line(failed, "SPARK_START_FAILED")
     assert "Too small maximum heap" in failed.stdout + failed.stderr    # what Java said
+    typo = _cli("run", "--until-idle", str(config("typo", "  conf:\n    spark.sql.shuffle."
+                                                         "partitions: many\n")), cwd=tmp_path)
+    err = _one_line(typo, "SPARK_START_FAILED")
+    assert "'many'" in err and "spark.sql.shuffle.partitions" in err, err    # Spark's reason
 
     done = _cli("run", "--until-idle", str(config("fine", "")), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -125,24 +125,30 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
         elif not _jvm_running():
             check_master(master)
         spark = builder.getOrCreate()
-    except Exception as exc:
-        if getattr(exc, "getCondition", lambda: None)() == "JAVA_GATEWAY_EXITED":
-            from mysqlcdc.errors import SparkStartError
+        if cache is not None:
+            warmstart.after_start(spark)
+        spark.sparkContext.setLogLevel("ERROR")
+        # py4j's DEBUG log has every call into the JVM with its arguments, among them the
+        # source's password option: never below INFO, whatever the root logger says
+        import logging
 
+        bridge = logging.getLogger("py4j")
+        if bridge.level == logging.NOTSET or bridge.level < logging.INFO:
+            bridge.setLevel(max(logging.INFO, logging.getLogger().getEffectiveLevel()))
+        register(spark)              # the session's state is made here: a bad conf shows
+    except Exception as exc:
+        from mysqlcdc.errors import MysqlcdcError, SparkStartError
+
+        if isinstance(exc, MysqlcdcError):
+            raise
+        if getattr(exc, "getCondition", lambda: None)() == "JAVA_GATEWAY_EXITED":
             raise SparkStartError("the Spark driver's JVM ended before it started "
                                   f"(master {master})") from None
-        raise
-    if cache is not None:
-        warmstart.after_start(spark)
-    spark.sparkContext.setLogLevel("ERROR")
-    # py4j's DEBUG log has every call into the JVM with its arguments, among them the
-    # source's password option: never below INFO, whatever the root logger says
-    import logging
-
-    bridge = logging.getLogger("py4j")
-    if bridge.level == logging.NOTSET or bridge.level < logging.INFO:
-        bridge.setLevel(max(logging.INFO, logging.getLogger().getEffectiveLevel()))
-    register(spark)
+        reason = _java_reason(exc)
+        if reason is None:
+            raise
+        raise SparkStartError(f"Spark did not start the session (master {master}): "
+                              f"{reason}") from exc
     return spark
 
 
@@ -150,6 +156,25 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
 # to the driver's options (only the ML library's linear algebra uses it): a warning about
 # nothing a user can act on, on every start of a pipeline
 _BOOT_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
+
+
+def _java_reason(exc: BaseException) -> str | None:
+    """The first line of the innermost Java exception behind ``exc`` (a Spark error raised
+    in the JVM), such as ``[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'abc' in the config
+    "spark.sql.shuffle.partitions" is invalid...``; None when ``exc`` is not one."""
+    error = getattr(exc, "_origin", None) or getattr(exc, "java_exception", None)
+    if error is None:
+        return None
+    try:
+        for _ in range(20):
+            cause = error.getCause()
+            if cause is None:
+                break
+            error = cause
+        text = str(error.getMessage() or error.getClass().getName())
+    except Exception:  # noqa: BLE001 - the JVM is gone: Python's own text then
+        return None
+    return text.strip().splitlines()[0] if text.strip() else None
 
 
 def _jvm_running() -> bool:
