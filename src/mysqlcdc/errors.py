@@ -38,7 +38,7 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   └── SeekNotConfirmedError   a seek that skips or replays, not confirmed as such
     │   ├── ServerBinaryMissingError    the demo's throwaway server is not installed
     │   ├── LocalServerError            the demo's throwaway server did not start
-    │   ├── SparkStartError             the Spark driver's JVM ended before it started
+    │   ├── SparkStartError             Spark would not start the session or a query
     │   ├── UnauthorizedError           an API request without the instance's bearer token
     │   ├── MirrorTableStoppedError     a change a mirror target cannot apply (that table stops)
     │   ├── MirrorAuthError             a mirror target refused the credentials
@@ -497,8 +497,8 @@ class LocalServerError(TerminalError):
 class SparkStartError(TerminalError):
     code = "SPARK_START_FAILED"
     hint = ("Fix what the message, or the lines above it from Java or spark-submit, names: "
-            "the pipeline's spark.conf (such as spark.driver.memory, "
-            "spark.driver.extraJavaOptions) or JAVA_HOME (Java 17 or 21).")
+            "a spark.conf setting (such as spark.driver.memory), JAVA_HOME (Java 17 or 21), "
+            "or a path whose URI scheme Spark has no file system for (its jars in spark.jars).")
 
 
 class SparkMasterUnreachableError(TransientError):

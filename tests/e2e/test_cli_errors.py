@@ -128,8 +128,9 @@ def test_a_refused_schema_bootstrap_is_one_line(mariadb, fresh_db, tmp_path):
 
 def test_a_spark_driver_that_cannot_start_is_one_line(mariadb, fresh_db, tmp_path):
     """A Spark setting the JVM refuses ends in SPARK_START_FAILED after what Java said, one
-    Spark refuses in it with Spark's reason; a run whose JVM starts prints no boot warning
-    of Spark's JVM (its incubating module)."""
+    Spark refuses in it (or a checkpoint on a file system it has no jar for) with Spark's
+    reason; a run whose JVM starts prints no boot warning of Spark's JVM (its incubating
+    module)."""
     def config(name: str, conf: str) -> Path:
         path = tmp_path / f"{name}.yaml"
         path.write_text(f"name: {name}\nsource:\n  host: 127.0.0.1\n  port: {mariadb.port}\n"
@@ -147,6 +148,12 @@ def test_a_spark_driver_that_cannot_start_is_one_line(mariadb, fresh_db, tmp_pat
                                                          "partitions: many\n")), cwd=tmp_path)
     err = _one_line(typo, "SPARK_START_FAILED")
     assert "'many'" in err and "spark.sql.shuffle.partitions" in err, err    # Spark's reason
+    remote = config("remote", "").read_text().replace("checkpoint: ./ck-remote",
+                                                       "checkpoint: s3a://bucket/ck")
+    (tmp_path / "remote.yaml").write_text(remote)
+    err = _one_line(_cli("run", "--until-idle", str(tmp_path / "remote.yaml"), cwd=tmp_path),
+                    "SPARK_START_FAILED")
+    assert "query" in err and "s3a" in err, err    # no file system for the scheme here
 
     done = _cli("run", "--until-idle", str(config("fine", "")), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -477,9 +477,11 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
     try:
         history_ready()
         queries = start_queries(spark, cfg, ahead={i: str(a.folder) for i, a in aheads.items()})
-    except BaseException:
+    except BaseException as exc:
         for a in aheads.values():
             a.stop()
+        if isinstance(exc, Exception) and not isinstance(exc, MysqlcdcError):
+            raise _named_start_failure(cfg, exc) from exc
         raise
     folders = [f for f in (schema_history_dir(cfg, i) for i in range(len(cfg.sinks))) if f]
     heartbeat = _start_heartbeat(cfg)
@@ -597,6 +599,22 @@ def _stop_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
+
+
+def _named_start_failure(cfg: PipelineConfig, exc: Exception) -> BaseException:
+    """A query that Spark would not start, as a named error: the mysqlcdc error inside it,
+    else SPARK_START_FAILED with the innermost Java error's first line (a checkpoint on a
+    file system Spark has no jar for, a setting it refuses); unchanged when it is neither."""
+    named = named_failure(cfg, exc)
+    if named is not exc:
+        return named
+    from mysqlcdc.errors import SparkStartError
+    from mysqlcdc.spark.session import java_reason
+
+    reason = java_reason(exc)
+    if reason is None:
+        return exc
+    return SparkStartError(f"Spark did not start the pipeline's query: {reason}")
 
 
 def named_failure(cfg: PipelineConfig, exc: BaseException) -> BaseException:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 __all__ = ["build_session", "register", "quiet_failures", "with_jit", "JIT_MODES",
-           "check_master"]
+           "check_master", "java_reason"]
 
 # Quiet, small defaults for one machine; every key can be overridden by `conf`.
 DEFAULT_CONF = {
@@ -144,7 +144,7 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
         if getattr(exc, "getCondition", lambda: None)() == "JAVA_GATEWAY_EXITED":
             raise SparkStartError("the Spark driver's JVM ended before it started "
                                   f"(master {master})") from None
-        reason = _java_reason(exc)
+        reason = java_reason(exc)
         if reason is None:
             raise
         raise SparkStartError(f"Spark did not start the session (master {master}): "
@@ -158,7 +158,7 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
 _BOOT_NOISE = (b"WARNING: Using incubator modules: jdk.incubator.vector",)
 
 
-def _java_reason(exc: BaseException) -> str | None:
+def java_reason(exc: BaseException) -> str | None:
     """The first line of the innermost Java exception behind ``exc`` (a Spark error raised
     in the JVM), such as ``[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'abc' in the config
     "spark.sql.shuffle.partitions" is invalid...``; None when ``exc`` is not one."""
