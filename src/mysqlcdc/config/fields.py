@@ -29,6 +29,8 @@ __all__ = [
     "LocalPath",
     "TablePattern",
     "TriggerInterval",
+    "SparkMaster",
+    "standalone_addresses",
     "Duration",
     "Every",
     "duration_seconds",
@@ -163,6 +165,36 @@ def _trigger_interval(value: str) -> str:
 
 TriggerInterval = Annotated[str, AfterValidator(_trigger_interval), TypeName("interval")]
 """A Spark processing-time interval: ``'1 second'``, ``'500 milliseconds'``, ``'2 minutes'``."""
+
+
+def standalone_addresses(master: str) -> list[tuple[str, int]]:
+    """The ``(host, port)`` of each master a ``spark://h1:p1,h2:p2`` URL names (a standby
+    list has several); empty for any other master. ValueError for an address that is not
+    ``host:port``."""
+    if not master.startswith("spark://"):
+        return []
+    out = []
+    for address in master[len("spark://"):].split(","):
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{address!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def _spark_master(value: str) -> str:
+    try:
+        standalone_addresses(value)
+    except ValueError as exc:
+        raise PydanticCustomError("spark_master", "spark:// must be followed by host:port, "
+                                  "several comma-separated ({problem})",
+                                  {"problem": str(exc)}) from None
+    return value
+
+
+SparkMaster = Annotated[str, StringConstraints(min_length=1), AfterValidator(_spark_master),
+                        TypeName("master URL")]
+"""A Spark master URL; a standalone one (``spark://``) names ``host:port`` for each master."""
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)$", re.IGNORECASE)

@@ -54,6 +54,7 @@ from mysqlcdc.config.fields import (
     check_env_names,
     secrets_from_env,
     SparkConfValue,
+    SparkMaster,
     StartFrom,
     StoragePath,
     TablePattern,
@@ -440,7 +441,7 @@ class SourceConfig(_Model):
 class SparkConfig(_Model):
     """The Spark session and streaming query that run the pipeline."""
 
-    master: str = Field("local[*]", min_length=1, description="Spark master URL: `local[*]` "
+    master: SparkMaster = Field("local[*]", description="Spark master URL: `local[*]` "
                         "(or `local[N]`) in this process, `spark://host:7077` for a standalone "
                         "cluster (several `host:port` comma-separated for standby masters).")
     app_name: str | None = Field(
@@ -460,18 +461,6 @@ class SparkConfig(_Model):
         default_factory=dict,
         description="Extra Spark conf, key to value, such as `spark.sql.shuffle.partitions: 4`.",
     )
-
-    @field_validator("master")
-    @classmethod
-    def _standalone_addresses(cls, master: str) -> str:
-        if master.startswith("spark://"):
-            for address in master[len("spark://"):].split(","):
-                host, _, port = address.strip().rpartition(":")
-                if not host or not port.isdigit():
-                    raise PydanticCustomError(
-                        "spark_master", "spark:// must be followed by host:port, several "
-                        "comma-separated ({address} is not)", {"address": repr(address)})
-        return master
 
 
 # --- sinks -------------------------------------------------------------------

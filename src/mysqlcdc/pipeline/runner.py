@@ -454,10 +454,6 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         check_user_code(cfg)     # a typo in user code stops here, before any server or Spark
     follow_failover(cfg)
     checked_preflight(cfg)
-    if spark is None:
-        from mysqlcdc.spark.session import check_master
-
-        check_master(cfg.spark.master)         # before anything is started for the run
     if cfg.source.snapshot_mode() == "initial_only":
         until_idle = True              # the snapshot, then stop
     aheads = _decode_ahead(cfg)
@@ -466,8 +462,13 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             a.start()
     history_ready = history_ahead(cfg, on_ready=lambda: [a.start() for a in aheads.values()])
     if spark is None:                # this process owns Spark: stop it on SIGTERM too
-        spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
-                              dict(cfg.spark.conf), jit=jit_mode(cfg), quiet_boot=quiet)
+        try:
+            spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
+                                  dict(cfg.spark.conf), jit=jit_mode(cfg), quiet_boot=quiet)
+        except BaseException:        # no Spark (SPARK_START_FAILED, ...): nothing to decode for
+            for a in aheads.values():
+                a.stop()
+            raise
         _stop_on_sigterm()
     if quiet:
         from mysqlcdc.spark.session import quiet_failures

@@ -120,10 +120,10 @@ def build_session(master: str = "local[*]", app_name: str = "mysqlcdc",
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        if quiet_boot:
-            _launch_driver_jvm(master, app_name, settings)
-        elif not _jvm_running():
+        if not _jvm_running():
             check_master(master)
+            if quiet_boot:
+                _launch_driver_jvm(master, app_name, settings)
         spark = builder.getOrCreate()
         if cache is not None:
             warmstart.after_start(spark)
@@ -192,36 +192,34 @@ def check_master(master: str, timeout_s: float = 5.0) -> None:
     error about a stopped SparkContext. Other masters are Spark's to check."""
     import socket
 
+    from mysqlcdc.config.fields import standalone_addresses
     from mysqlcdc.errors import ConfigError, SparkMasterUnreachableError
 
-    if not master.startswith("spark://"):
+    try:
+        addresses = standalone_addresses(master)
+    except ValueError as exc:
+        raise ConfigError(f"spark.master {master!r}: {exc}") from None
+    if not addresses:
         return
     problems = []
-    for address in master[len("spark://"):].split(","):
-        host, _, port = address.strip().rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigError(f"spark.master {master!r}: {address!r} is not host:port")
+    for host, port in addresses:
         try:
-            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            with socket.create_connection((host, port), timeout=timeout_s):
                 return
         except OSError as exc:
-            problems.append(f"{address.strip()}: {exc.strerror or exc}")
+            problems.append(f"{host}:{port}: {exc.strerror or exc}")
     raise SparkMasterUnreachableError(f"no Spark master answers at {master} "
                                       f"({'; '.join(problems)})")
 
 
 def _launch_driver_jvm(master: str, app_name: str, settings: Mapping[str, str]) -> None:
     """Start the driver JVM as ``SparkSession.builder`` would, its standard error passed on
-    by a thread that leaves out ``_BOOT_NOISE``. Nothing when a JVM runs already (or this
-    process was started by ``spark-submit``, which made it): the builder uses that one."""
+    by a thread that leaves out ``_BOOT_NOISE`` (when none runs yet: ``_jvm_running``)."""
     import threading
 
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if _jvm_running():
-        return
-    check_master(master)
     conf = SparkConf()
     for key, value in {**settings, "spark.master": master, "spark.app.name": app_name}.items():
         conf.set(key, value)
