@@ -13,6 +13,7 @@ from typing import Any
 from ..schema.model import TableDef
 from . import constants as C
 from .values.charsets import codec_for_charset, codec_for_collation
+from .values.fixedbin import FIXED_TEXT_TYPES
 
 __all__ = ["ColumnSpec", "real_type", "resolve_columns", "SchemaMismatch"]
 
@@ -32,6 +33,7 @@ class ColumnSpec:
     codec: str | None = "utf-8"  # None = binary (base64)
     enum_labels: tuple[str, ...] | None = None
     set_labels: tuple[str, ...] | None = None
+    text_form: str | None = None  # a MariaDB INET6/INET4/UUID: written as its text
 
 
 def real_type(col_type: int, meta: int) -> tuple[int, int]:
@@ -108,7 +110,10 @@ def resolve_columns(
         enum_labels = tuple(enums[i]) if enums[i] is not None else (d.enum_values if d and d.enum_values else None)
         set_labels = tuple(sets[i]) if sets[i] is not None else (d.set_values if d and d.set_values else None)
         meta = length if column_types[i] == C.MYSQL_TYPE_STRING else metas[i]
-        specs.append(ColumnSpec(name, t, meta, unsigned, codec, enum_labels, set_labels))
+        # INET6, INET4 and UUID are logged as BINARY(n); only the definition tells them
+        form = d.data_type if d is not None and t == C.MYSQL_TYPE_STRING and \
+            d.data_type in FIXED_TEXT_TYPES else None
+        specs.append(ColumnSpec(name, t, meta, unsigned, codec, enum_labels, set_labels, form))
     return tuple(specs)
 
 

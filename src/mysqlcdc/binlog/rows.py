@@ -23,6 +23,7 @@ from . import constants as C
 from .columns import ColumnSpec
 from .values import temporal as T
 from .values.charsets import error_mode
+from .values.fixedbin import text_of
 from .values.decimal import DIGIT_TABLES, decimal_code, decimal_size, make_decimal_decoder
 from .values.float32 import float32_value
 from .values.json_binary import decode_json
@@ -110,6 +111,8 @@ def _frac_code(fsp: int, at: str) -> str:
 def _string_code(g: _Gen, col: ColumnSpec, n: str, pad: int = 0) -> str:
     """Expression turning data[pos:pos+n] into the column's value."""
     raw = f"data[pos:pos + {n}]"
+    if col.text_form is not None:
+        return f"{g.const('FXT', text_of(col.text_form))}({raw})"
     if col.codec is None:
         return (f"B2A({raw}.ljust({pad}, b'\\x00'), newline=False).decode('ascii')" if pad
                 else f"B2A({raw}, newline=False).decode('ascii')")
