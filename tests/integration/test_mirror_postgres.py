@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -97,13 +98,16 @@ def test_types_reduce_and_replay(postgres, pg_settings, db):
             ColumnDef("doc", "json"), ColumnDef("e", "enum", enum_values=("a", "b")),
             ColumnDef("s", "set", set_values=("x", "y")), ColumnDef("b", "bit", length=8),
             ColumnDef("bin", "varbinary", charset="binary", length=8),
-            ColumnDef("name", "varchar", charset="utf8mb4", length=20))
+            ColumnDef("name", "varchar", charset="utf8mb4", length=20),
+            ColumnDef("ip", "inet6", column_type="inet6"), ColumnDef("ip4", "inet4"),
+            ColumnDef("uu", "uuid", column_type="uuid"))
     t = tdef(db, "things", *cols)
     s = Stream(db)
     row1 = {"id": 1, "u64": 18446744073709551615, "price": "-12.3400", "d": "0000-00-00",
             "dt": "2024-02-29 13:45:07.123456", "ts": "2024-02-29T13:45:07.123Z",
             "t": "-838:59:59", "doc": {"k": [1, "x"]}, "e": "b", "s": ["x", "y"], "b": 255,
-            "bin": "AAEC", "name": "héllo"}
+            "bin": "AAEC", "name": "héllo", "ip": "::ffff:1.2.3.4", "ip4": "10.0.0.1",
+            "uu": "123e4567-e89b-12d3-a456-426655440000"}
     batch = [s.ddl("things", None, t), s.ins("things", row1),
              s.ins("things", {**row1, "id": 2, "name": "two"}),
              s.upd("things", {**row1, "id": 2, "name": "two-b"}),
@@ -122,6 +126,9 @@ def test_types_reduce_and_replay(postgres, pg_settings, db):
     assert one[7] == {"k": [1, "x"]} and one[8] == "b" and one[9] == "x,y" and one[10] == 255
     assert bytes(one[11]) == b"\x00\x01\x02" and one[12] == "one-final"
     assert got[1][12] == "two-b"
+    assert (one[13], one[14], str(one[15])) == (   # inet and uuid columns
+        ipaddress.ip_address("::ffff:1.2.3.4"), ipaddress.ip_address("10.0.0.1"),
+        "123e4567-e89b-12d3-a456-426655440000")
     # replay of the same batch id: nothing changes even if the rows differ
     postgres.sql(f"UPDATE \"{db}\".things SET name = 'touched' WHERE id = 1")
     assert apply(pg_settings, batch, 0).skipped

@@ -19,6 +19,7 @@ TIME(f)                                   long: signed microseconds (TIME spans 
 CHAR, VARCHAR, TEXT types, ENUM           string
 SET                                       string, labels joined by commas
 JSON                                      string holding the JSON text
+INET6, INET4, UUID (MariaDB)              string, the server's text (``::ffff:1.2.3.4``)
 BINARY, VARBINARY, BLOB types, GEOMETRY   binary (GEOMETRY: SRID-prefixed WKB)
 ========================================  =========================================
 
@@ -91,7 +92,7 @@ def arrow_type(col: ColumnDef) -> pa.DataType:
         return pa.bool_()
     if _is_binary(col):
         return pa.binary()
-    if t in TEXT_TYPES or t in ("enum", "set", "json"):
+    if t in TEXT_TYPES or t in ("enum", "set", "json", "inet6", "inet4", "uuid"):
         return pa.string()
     raise UnsupportedType(f"column {col.name!r}: type {col.column_type or t!r} has no Delta "
                           "mapping")

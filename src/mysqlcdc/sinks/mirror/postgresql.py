@@ -70,6 +70,10 @@ def pg_type(col: ColumnDef) -> str:
         return "bytea"
     if t == "json":
         return "jsonb"
+    if t in ("inet6", "inet4"):           # MariaDB's address types: their text is inet's
+        return "inet"
+    if t == "uuid":
+        return "uuid"
     if t == "bool":                       # history mode's is_current
         return "boolean"
     if t in TEXT_TYPES or t in ("enum", "set"):
