@@ -23,6 +23,7 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── KafkaSchemaUnknownError the Kafka sink has no definition for a row
     │   │   ├── SchemaBootstrapError    history cannot start at that position
     │   │   ├── TableQuarantinedError   a table's rows are held back
+    │   │   ├── UnsupportedTableError   a captured table of a kind mysqlcdc does not capture
     │   │   └── SnapshotTableError      a table cannot be snapshotted (keeps changing, bad key)
     │   ├── SnapshotTimeoutError        a snapshot chunk's SELECT outlives the time limit
     │   ├── PreflightError              server not usable for CDC
@@ -83,6 +84,7 @@ __all__ = [
     "ConnectionLostError",
     "SchemaBootstrapError",
     "TableQuarantinedError",
+    "UnsupportedTableError",
     "MirrorTableStoppedError",
     "MirrorAuthError",
     "MirrorUnavailableError",
@@ -309,6 +311,15 @@ class TableQuarantinedError(SchemaError):
     hint = ("Run `mysqlcdc schema resolve PIPELINE.yaml DB.TABLE --reload` (use the server's "
             "current definition from the quarantine position on) or `--skip` (drop the table's "
             "held-back rows); see README 'Schema history'.")
+
+
+class UnsupportedTableError(SchemaError):
+    """A captured table whose rows mysqlcdc cannot deliver as a plain table's (a MariaDB
+    system-versioned table: its binlog rows carry hidden columns and its history rows)."""
+
+    code = "TABLE_UNSUPPORTED"
+    hint = ("Leave the table out of the capture (`source.tables.exclude`, or a narrower "
+            "`include`) and start again; the other tables are captured as before.")
 
 
 class UnsupportedDdlError(SchemaError):

@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from mysqlcdc.binlog.events import Event, QueryEvent, TableMapEvent
-from mysqlcdc.errors import SchemaBootstrapError, SchemaError, TableQuarantinedError
+from mysqlcdc.errors import (SchemaBootstrapError, SchemaError, TableQuarantinedError,
+                             UnsupportedTableError)
 from mysqlcdc.schema.compat import table_map_problem
 from mysqlcdc.schema.ddl import Catalog, classify, targets
 from mysqlcdc.schema.history import Change, Quarantine, SchemaHistory
-from mysqlcdc.schema.introspect import load_databases, load_server_settings, load_tables
+from mysqlcdc.schema.introspect import (load_databases, load_server_settings,
+                                        load_system_versioned, load_tables)
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["SchemaKeeper"]
@@ -82,9 +84,22 @@ class SchemaKeeper:
         if self.catalog is not None:
             return
         conn = self.sql()
+        self._refuse_versioned(conn)
         if not self.history.bootstrapped:
             self._bootstrap(conn, start, current, scan)
         self._load_catalog(conn)
+
+    def _refuse_versioned(self, conn) -> None:
+        """A captured system-versioned table stops the pipeline before it reads anything:
+        its binlog rows carry two hidden columns (``row_start``, ``row_end``) that neither
+        information_schema nor the DDL text shows, and every UPDATE or DELETE also writes
+        a history row under the same key, which a sink would apply as the current one."""
+        versioned = [f"{db}.{t}" for db, t in load_system_versioned(conn) if self.include(db, t)]
+        if versioned:
+            raise UnsupportedTableError(
+                f"{', '.join(versioned[:10])}{' ...' if len(versioned) > 10 else ''}: "
+                f"system-versioned (WITH SYSTEM VERSIONING); mysqlcdc does not capture such "
+                f"tables")
 
     def _bootstrap(self, conn, start: BinlogPosition, current: BinlogPosition, scan) -> None:
         tables = load_tables(conn)
@@ -298,7 +313,7 @@ class SchemaKeeper:
         self.catalog.tables.pop((db, table), None)
         err = TableQuarantinedError(f"{db}.{table} is quarantined at {at}: {reason}"
                                     + (f"; DDL: {ddl[:500]}" if ddl else ""))
-        log.error("%s — %s", err, err.hint)
+        log.error("%s", err)
 
 
 def _plain_create(sql: str) -> bool:

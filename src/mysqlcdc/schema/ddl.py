@@ -42,6 +42,9 @@ from mysqlcdc.schema.model import ColumnDef, TableDef
 
 __all__ = ["Catalog", "TableChange", "UnsupportedDdlError", "apply_ddl", "classify", "targets"]
 
+_VERSIONING = ("system versioning (mysqlcdc does not capture system-versioned tables: leave "
+               "the table out of source.tables and skip it)")
+
 Key = tuple[str, str]
 
 
@@ -858,7 +861,7 @@ class _Parser:
             return self.key_definition()
         if self.at("PERIOD", "FOR"):
             if self.at("PERIOD", "FOR", "SYSTEM_TIME"):
-                self.fail("system versioning")
+                self.fail(_VERSIONING, near=False)
             self.skip_item(danger=False)
             return None
         specs.append(self.column_spec())
@@ -932,7 +935,7 @@ class _Parser:
             self.i = start
             return None
         if self.at("WITH", "SYSTEM", "VERSIONING"):
-            self.fail("system versioning")
+            self.fail(_VERSIONING, near=False)
         if self.at("PARTITION", "BY"):
             self.skip_to_end()
             return "partition", None
@@ -1216,7 +1219,7 @@ class _Parser:
                     self.expect("ALWAYS")
                 self.expect("AS")
                 if self.at("ROW"):
-                    self.fail("system versioning")
+                    self.fail(_VERSIONING, near=False)
                 if not self.at("("):
                     self.fail("generated column without an expression")
                 self.skip_parens()
@@ -1249,7 +1252,7 @@ class _Parser:
                 if self.accept("="):
                     self.next()
             elif self.at("WITH", "SYSTEM", "VERSIONING"):
-                self.fail("system versioning")
+                self.fail(_VERSIONING, near=False)
             elif self.accept("WITHOUT", "SYSTEM", "VERSIONING"):
                 pass
             elif self.accept("SRID"):
@@ -1385,9 +1388,9 @@ class _Parser:
                 op.defs.append(("add", None, spec, self.position(), if_not))
                 return
             if self.at("SYSTEM", "VERSIONING"):
-                self.fail("system versioning")
+                self.fail(_VERSIONING, near=False)
             if self.at("PERIOD", "FOR", "SYSTEM_TIME"):
-                self.fail("system versioning")
+                self.fail(_VERSIONING, near=False)
             if self.at("PARTITION"):
                 self.skip_to_end()
                 return
@@ -1422,7 +1425,7 @@ class _Parser:
                     op.drop_pk = True
                 return
             if self.at("SYSTEM", "VERSIONING"):
-                self.fail("system versioning")
+                self.fail(_VERSIONING, near=False)
             if self.at("PARTITION"):
                 self.skip_to_end()
                 return

@@ -16,6 +16,7 @@ from mysqlcdc.protocol.connection import query
 from mysqlcdc.schema.model import ColumnDef, TableDef
 
 __all__ = ["SYSTEM_SCHEMAS", "load_tables", "load_table", "load_keys", "load_databases",
+           "load_system_versioned",
            "load_server_charset", "load_server_settings", "parse_labels", "charset_of_collation"]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
@@ -82,6 +83,18 @@ ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX
 
 def _literal(conn: pymysql.Connection, text: str) -> str:
     return conn.escape(text)
+
+
+_VERSIONED_SQL = f"""
+SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
+WHERE TABLE_TYPE = 'SYSTEM VERSIONED' AND TABLE_SCHEMA NOT IN ({_SKIP})
+ORDER BY TABLE_SCHEMA, TABLE_NAME
+"""
+
+
+def load_system_versioned(conn: pymysql.Connection) -> list[tuple[str, str]]:
+    """MariaDB's system-versioned tables (``WITH SYSTEM VERSIONING``), as (db, table)."""
+    return [(str(db), str(table)) for db, table in query(conn, _VERSIONED_SQL)]
 
 
 def load_table(conn: pymysql.Connection, db: str, table: str) -> TableDef | None:

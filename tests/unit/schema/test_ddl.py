@@ -142,6 +142,22 @@ def test_if_not_exists_like_or_replace_and_temporary():
     assert unsupported(cat, "CREATE TEMPORARY TABLE a (x INT)").tables == {(DB, "a")}
 
 
+@pytest.mark.parametrize("sql", [
+    "CREATE TABLE s (id INT PRIMARY KEY) WITH SYSTEM VERSIONING",
+    "CREATE TABLE s (id INT PRIMARY KEY, a TIMESTAMP(6) GENERATED ALWAYS AS ROW START, "
+    "b TIMESTAMP(6) GENERATED ALWAYS AS ROW END, PERIOD FOR SYSTEM_TIME (a, b)) "
+    "WITH SYSTEM VERSIONING",
+    "ALTER TABLE a ADD SYSTEM VERSIONING",
+])
+def test_system_versioning_is_refused_and_says_what_to_do(sql):
+    """A system-versioned table's binlog rows hold hidden columns and history rows: the
+    statement stops the table (quarantine), with the way out in the message."""
+    cat = catalog("CREATE TABLE a (id INT PRIMARY KEY)")
+    err = unsupported(cat, sql)
+    assert err.tables in ({(DB, "s")}, {(DB, "a")})
+    assert "system-versioned" in err.message and "source.tables" in err.message
+
+
 def test_create_select_is_refused_but_the_logged_rewrite_is_applied():
     cat = catalog("CREATE TABLE a (id INT PRIMARY KEY)")
     assert unsupported(cat, "CREATE TABLE b AS SELECT * FROM a").tables == {(DB, "b")}
