@@ -134,10 +134,15 @@ def snapshot_table(definition: TableDef, keys: dict[str, tuple[str, ...]] | None
             log.info("table %s.%s has no primary key: its snapshot is chunked by unique key "
                      "%s %s", d.db, d.name, name, list(cols))
             return SnapshotTable(d, cols)
-    log.warning("table %s.%s has no primary key and no unique key over NOT NULL columns: "
-                "its snapshot is one unchunked read task (name a chunk key for it in "
-                "source.snapshot.chunk_keys to split it)", d.db, d.name)
+    if (d.db, d.name) not in _WARNED:     # the planner asks again at every batch it plans
+        _WARNED.add((d.db, d.name))
+        log.warning("table %s.%s has no primary key and no unique key over NOT NULL columns: "
+                    "its snapshot is one unchunked read task (name a chunk key for it in "
+                    "source.snapshot.chunk_keys to split it)", d.db, d.name)
     return SnapshotTable(d, ())
+
+
+_WARNED: set[tuple[str, str]] = set()
 
 
 # --- chunk boundaries --------------------------------------------------------------
