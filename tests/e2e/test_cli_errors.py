@@ -155,6 +155,7 @@ def test_a_spark_driver_that_cannot_start_is_one_line(mariadb, fresh_db, tmp_pat
                     "SPARK_START_FAILED")
     assert "query" in err and "s3a" in err, err    # no file system for the scheme here
 
+    mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY)", db=fresh_db)   # its include matches
     done = _cli("run", "--until-idle", str(config("fine", "")), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "incubator" not in done.stderr and "WARNING" not in done.stderr, done.stderr

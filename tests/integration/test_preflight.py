@@ -205,6 +205,37 @@ def test_row_image_other_than_full_is_a_warning_not_an_error(own):
     assert [w for w in info.warnings if "binlog_row_image is MINIMAL" in w]
 
 
+def test_warnings_reach_the_run_and_a_pattern_matching_no_table_is_one(own, tmp_path, caplog):
+    """``mysqlcdc run`` logs what preflight found that does not stop capture: a row image
+    other than FULL, and an include pattern that matches no table (a typo: with the
+    closest names; a table still to come: said so)."""
+    import logging
+
+    from mysqlcdc.config.loader import load_pipeline_from_dict
+    from mysqlcdc.pipeline.runner import checked_preflight
+
+    own.sql("CREATE DATABASE IF NOT EXISTS shop", "CREATE TABLE IF NOT EXISTS shop.orders (id INT)")
+    info = preflight(settings_for(own), server_id=901, start=None,
+                     include=("shop.order", "shop.ord*", "later.*", "*.*"))
+    assert [w for w in info.warnings if "shop.order'" in w and "did you mean shop.orders" in w]
+    assert [w for w in info.warnings if "'later.*'" in w and "once they are created" in w]
+    assert not [w for w in info.warnings if "ord*" in w or "'*.*'" in w]
+
+    cfg = load_pipeline_from_dict({
+        "name": "warned", "source": {"host": own.host, "port": own.port, "user": "root",
+                                     "server_id": 902, "tables": {"include": ["shop.order"]}},
+        "spark": {"checkpoint": str(tmp_path / "ck")}, "sinks": [{"console": {}}]})
+    own.sql("SET GLOBAL binlog_row_image = 'NOBLOB'")
+    try:
+        with caplog.at_level(logging.WARNING):
+            checked_preflight(cfg)
+    finally:
+        own.sql("SET GLOBAL binlog_row_image = 'FULL'")
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("binlog_row_image is NOBLOB" in m for m in said), said
+    assert any("did you mean shop.orders" in m for m in said), said
+
+
 def test_every_preflight_error_says_what_to_do():
     for cls in (BinlogDisabledError, BinlogFormatError, MissingPrivilegeError, BinlogPurgedError,
                 ServerIdInUseError, AuthenticationError):

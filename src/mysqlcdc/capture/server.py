@@ -276,6 +276,31 @@ def _replica_ids(conn: pymysql.Connection) -> set[int] | None:
     return None
 
 
+def _unmatched(conn: pymysql.Connection, include: tuple[str, ...]) -> tuple[str, ...]:
+    """A warning for each include pattern that matches no table on the server now, with
+    the closest names it has."""
+    import difflib
+
+    from mysqlcdc.capture.filters import TableFilter
+
+    patterns = [p for p in include if p != "*.*"]
+    if not patterns:
+        return ()
+    tables = [f"{db}.{t}" for db, t in query(
+        conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+              "WHERE TABLE_TYPE <> 'VIEW'")]
+    out = []
+    for pattern in patterns:
+        match = TableFilter((pattern,))
+        if any(match(*name.split(".", 1)) for name in tables):
+            continue
+        close = difflib.get_close_matches(pattern, tables, n=3, cutoff=0.6)
+        out.append(f"source.tables.include {pattern!r} matches no table on the server now"
+                   + (f" (did you mean {', '.join(close)}?)" if close else
+                      "; its tables are captured once they are created"))
+    return tuple(out)
+
+
 def _check_server_id(conn: pymysql.Connection, info: ServerInfo,
                      server_id: int | range) -> tuple[str, ...]:
     """Raise if a server id of ``server_id`` (one id or a pipeline's whole range) is taken;
@@ -299,12 +324,15 @@ def _check_server_id(conn: pymysql.Connection, info: ServerInfo,
 
 
 def preflight(settings: ConnectionSettings, *, server_id: int | range,
-              start: BinlogPosition | None, resuming: bool = False) -> ServerInfo:
+              start: BinlogPosition | None, resuming: bool = False,
+              include: tuple[str, ...] = ()) -> ServerInfo:
     """Check the server can serve capture from ``start`` for ``server_id``; see module doc.
 
     ``resuming``: ``start`` is where a checkpoint stands, so a binlog that no longer
     holds it though it was not purged (past the end of its file, or a file newer than the
-    server has) means a reset or another server: SOURCE_CHANGED, not BINLOG_PURGED."""
+    server has) means a reset or another server: SOURCE_CHANGED, not BINLOG_PURGED.
+    ``include``: the pipeline's table patterns; one that matches no table on the server
+    (a typo, or a table still to come) is a warning."""
     conn = connect_sql(settings)  # ServerUnreachableError, AuthenticationError
     try:
         info = server_info(conn)
@@ -322,7 +350,7 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
                     f"position: {why} (RESET MASTER, a restored backup or another server on "
                     f"this address)")
             _check_start(logs, start)
-        more = _check_server_id(conn, info, server_id)
+        more = _check_server_id(conn, info, server_id) + _unmatched(conn, include)
         return dataclasses.replace(info, warnings=info.warnings + more)
     finally:
         conn.close()

@@ -43,6 +43,13 @@ def _fail(err: MysqlcdcError) -> None:
     raise typer.Exit(2)
 
 
+def _log_setup(verbose: bool) -> None:
+    """Warnings as ``WARNING: what happened``; ``--verbose`` adds INFO and the logger."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s" if verbose
+                        else "%(levelname)s: %(message)s")
+
+
 def main() -> None:
     """The ``mysqlcdc`` command. Whatever goes wrong ends in one line and a non-zero exit
     code (2: a named error, 1: an unexpected one, 130: interrupted); ``--verbose`` adds
@@ -95,7 +102,7 @@ def run(
 
     _VERBOSE["on"] = _VERBOSE["on"] or verbose
     verbose = _VERBOSE["on"]
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING)
+    _log_setup(verbose)
     try:
         cfg = load_pipeline(pipeline)
         with console.status(f"pipeline [bold]{cfg.name}[/]: starting Spark ...") as status:
@@ -228,7 +235,7 @@ def demo(
     """Start a throwaway MariaDB, apply changes, capture them with Spark, print them."""
     from mysqlcdc.pipeline.demo import parse_mysql_url, run_demo
 
-    logging.basicConfig(level=logging.INFO if _VERBOSE["on"] else logging.WARNING)
+    _log_setup(_VERBOSE["on"])
     try:
         server = parse_mysql_url(mysql) if mysql else None
         with console.status("mysqlcdc demo") as status:
@@ -422,7 +429,7 @@ def serve(
     from mysqlcdc.errors import ConfigError
 
     _VERBOSE["on"] = _VERBOSE["on"] or verbose
-    logging.basicConfig(level=logging.INFO if _VERBOSE["on"] else logging.WARNING)
+    _log_setup(_VERBOSE["on"])
     try:
         token = os.environ.get(token_env) or None
         if token is None and not _loopback(host):

@@ -279,16 +279,19 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
 
             def check():
                 return preflight(settings, server_id=cfg.replica_ids(),
-                                 start=resume_position(cfg), resuming=resuming)
+                                 start=resume_position(cfg), resuming=resuming,
+                                 include=tuple(cfg.source.tables.include))
             # A pipeline with a checkpoint waits through an outage like a running one (a
             # host rebooting with its database). One that never ran has nothing to resume:
             # an unreachable source there is far more often a wrong host or port, so it
             # says so at once.
             try:
                 if resuming:
-                    retry.call(check, retry_policy(cfg), settings.address)
+                    info = retry.call(check, retry_policy(cfg), settings.address)
                 else:
-                    check()
+                    info = check()
+                for warning in info.warnings:   # a MINIMAL row image, a pattern matching nothing
+                    log.warning("%s", warning)
             except BinlogPurgedError as exc:
                 if not (resuming and cfg.source.snapshot_mode() == "when_needed"):
                     raise
