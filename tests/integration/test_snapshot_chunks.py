@@ -241,6 +241,18 @@ def test_a_table_without_primary_key_has_the_streams_key(mariadb, fresh_db):
      lambda i: f"(SEC_TO_TIME({i} * 37 - 20000) + INTERVAL {i} MICROSECOND, {i})", None, ("t",)),
     ("CREATE TABLE k (f FLOAT PRIMARY KEY, v INT)",                     # FLOAT keys
      lambda i: f"({i} / 3, {i})", None, ("f",)),
+    ("CREATE TABLE k (ip INET6 PRIMARY KEY, v INT)",                    # MariaDB types
+     lambda i: f"('2001:db8::{i * 7919 % 65536:x}:{i:x}', {i})", None, ("ip",)),
+    ("CREATE TABLE k (u UUID PRIMARY KEY, v INT)",                      # stored swapped
+     lambda i: f"(CONCAT(LPAD(HEX({i * 7919}), 8, '0'), '-0000-1000-8000-', "
+               f"LPAD(HEX({i}), 12, '0')), {i})", None, ("u",)),
+    ("CREATE TABLE k (b BINARY(16) PRIMARY KEY, v INT)",                # raw bytes, zeros
+     lambda i: f"(UNHEX(LPAD(HEX({i * 104729 % 1000003}), 8, '0')), {i})", None, ("b",)),
+    ("CREATE TABLE k (s VARCHAR(20) COLLATE utf8mb4_general_ci PRIMARY KEY, v INT)",
+     lambda i: f"('{'aBcD'[i % 4]}{'é' if i % 3 else 'E'}-{i:04d}😀', {i})", None, ("s",)),
+    ("CREATE TABLE k (d DECIMAL(12,3), t DATETIME(6), v INT, PRIMARY KEY (d, t))",
+     lambda i: f"({i % 13 - 6}.5, '2024-01-01' + INTERVAL {i} SECOND + INTERVAL {i} "
+               f"MICROSECOND, {i})", None, ("d", "t")),
 ])
 def test_chunks_cover_the_table_exactly_once(mariadb, fresh_db, ddl, values, chunk_key,
                                              expect_key):
