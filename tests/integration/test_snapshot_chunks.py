@@ -172,11 +172,22 @@ def _addresses() -> tuple[list[str], list[str], list[str]]:
     return six, four, uuids
 
 
-def test_inet6_inet4_and_uuid_are_written_as_the_server_shows_them(mariadb, fresh_db):
+@pytest.mark.parametrize("metadata", ["MINIMAL", "FULL"])
+def test_inet6_inet4_and_uuid_are_written_as_the_server_shows_them(mariadb, fresh_db, metadata):
     """MariaDB logs these types as BINARY(n): the stream writes them in the text form the
-    server gives a SELECT, as the snapshot does, never as bytes."""
+    server gives a SELECT, as the snapshot does, never as bytes; also where the binlog
+    names the columns itself (binlog_row_metadata=FULL), which it still calls binary."""
     import ipaddress
 
+    (was,), = mariadb.sql("SELECT @@global.binlog_row_metadata")
+    mariadb.sql(f"SET GLOBAL binlog_row_metadata = '{metadata}'")
+    try:
+        _inet6_inet4_and_uuid(mariadb, fresh_db, ipaddress)
+    finally:
+        mariadb.sql(f"SET GLOBAL binlog_row_metadata = '{was}'")
+
+
+def _inet6_inet4_and_uuid(mariadb, fresh_db, ipaddress):
     six, four, uuids = _addresses()
     mariadb.sql("CREATE TABLE a (id INT PRIMARY KEY, i6 INET6, i4 INET4, u UUID, "
                 "k INET6 NOT NULL, UNIQUE KEY (k))", db=fresh_db)

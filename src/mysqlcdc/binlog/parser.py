@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import struct
 import zlib
@@ -35,6 +36,7 @@ from .gtid import (read_mariadb_gtid, read_mariadb_gtid_list, read_mysql_gtid,
 from .reader import Reader, ShortRead
 from .rowsdecode import ROWS_FAST_CODES, decode_rows_body, skim_rows_body
 from .tablemap import read_column_metas, read_optional_metadata
+from .values.fixedbin import FIXED_TEXT_TYPES
 from .values.charsets import codec_for_collation, decode_text
 
 __all__ = ["BinlogParser", "TableState"]
@@ -646,7 +648,8 @@ class BinlogParser:
     def _columns(self, schema: str, table: str, key: bytes, types: bytes,
                  metas: tuple[int, ...], opt: dict) -> tuple[ColumnSpec, ...]:
         tdef = None
-        if self.tables is not None and "column_name" not in opt:
+        named = "column_name" in opt
+        if self.tables is not None and not named:
             tdef = self.tables(schema, table)
         ck = (key, tdef, self.mariadb)
         specs = self._spec_cache.get(ck)
@@ -654,10 +657,39 @@ class BinlogParser:
             if len(self._spec_cache) > 10_000:
                 self._spec_cache.clear()
             specs = self._spec_cache[ck] = resolve_columns(types, metas, opt, tdef, self.mariadb)
+        if named and self.mariadb and self.tables is not None and _maybe_fixed_text(specs):
+            specs = self._text_forms(schema, table, specs)
         return specs
+
+    def _text_forms(self, schema: str, table: str,
+                    specs: tuple[ColumnSpec, ...]) -> tuple[ColumnSpec, ...]:
+        """``specs`` named by the binlog's own metadata, with the text form of the columns
+        the table's definition calls INET6, INET4 or UUID: the binlog logs those as
+        BINARY(n), and only the definition tells them apart from one."""
+        tdef = self.tables(schema, table)
+        if tdef is None:
+            return specs
+        ck = ("text forms", specs, tdef)
+        out = self._spec_cache.get(ck)
+        if out is None:
+            forms = {c.name: c.data_type for c in tdef.columns if c.data_type in FIXED_TEXT_TYPES}
+            out = self._spec_cache[ck] = tuple(
+                dataclasses.replace(s, text_form=forms[s.name])
+                if s.name in forms and s.type == C.MYSQL_TYPE_STRING else s for s in specs)
+        return out
 
     def _rows(self, header: E.EventHeader, data: bytes, p: int, end: int) -> E.RowsEvent:
         return decode_rows_body(self, header, data, p, end)
+
+
+_FIXED_SIZES = frozenset(size for size, _ in FIXED_TEXT_TYPES.values())
+
+
+def _maybe_fixed_text(specs: tuple[ColumnSpec, ...]) -> bool:
+    """Whether a column of ``specs`` could be an INET6, INET4 or UUID (a binary STRING of
+    their size): only then is the table's definition asked."""
+    return any(s.type == C.MYSQL_TYPE_STRING and s.codec is None and s.meta in _FIXED_SIZES
+               for s in specs)
 
 
 def _type_code(data: bytes) -> int | None:
