@@ -55,12 +55,14 @@ def test_types_reduce_replay(mariadb_target, my_settings, db):
                       charset="utf8mb4"),
             ColumnDef("b", "bit", length=10, column_type="bit(10)"),
             ColumnDef("bin", "varbinary", charset="binary", length=8, column_type="varbinary(8)"),
-            ColumnDef("name", "varchar", charset="utf8mb4", length=20, column_type="varchar(20)"))
+            ColumnDef("name", "varchar", charset="utf8mb4", length=20, column_type="varchar(20)"),
+            ColumnDef("ip", "inet6", column_type="inet6"), ColumnDef("uu", "uuid", column_type="uuid"))
     t = tdef(db, "things", *cols)
     s = Stream(db)
     row = {"id": 1, "u64": 18446744073709551615, "price": "-12.3400", "d": "0000-00-00",
            "ts": "2024-02-29T13:45:07.123Z", "t": "-838:59:59", "e": "b", "s": ["x", "y"],
-           "b": 513, "bin": "AAEC", "name": "héllo"}
+           "b": 513, "bin": "AAEC", "name": "héllo", "ip": "::ffff:1.2.3.4",
+           "uu": "123e4567-e89b-12d3-a456-426655440000"}
     batch = [s.ddl("things", None, t), s.ins("things", row),
              s.ins("things", {**row, "id": 2}), s.upd("things", {**row, "id": 2, "name": "2b"}),
              s.ins("things", {**row, "id": 3}), s.dele("things", {**row, "id": 3})]
@@ -79,6 +81,7 @@ def test_types_reduce_replay(mariadb_target, my_settings, db):
     assert one[5] == -timedelta(hours=838, minutes=59, seconds=59)
     assert one[6:9] == ("b", "x,y", (513).to_bytes(2, "big"))
     assert one[9] == b"\x00\x01\x02" and got[1][10] == "2b"
+    assert one[11:13] == ("::ffff:1.2.3.4", "123e4567-e89b-12d3-a456-426655440000")
     mariadb_target.sql(f"UPDATE `{db}`.things SET name = 'touched' WHERE id = 1")
     assert apply(my_settings, batch, 0).skipped
     assert mariadb_target.sql(f"SELECT name FROM `{db}`.things WHERE id = 1") == [("touched",)]
