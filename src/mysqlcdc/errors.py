@@ -85,6 +85,7 @@ __all__ = [
     "SchemaBootstrapError",
     "TableQuarantinedError",
     "UnsupportedTableError",
+    "StorageWriteError",
     "MirrorTableStoppedError",
     "MirrorAuthError",
     "MirrorUnavailableError",
@@ -447,6 +448,31 @@ class PluginError(TerminalError):
     def __init__(self, message: str, *, detail: str = "", hint: str | None = None) -> None:
         TerminalError.__init__(self, message, hint=hint)
         self.detail = detail      # the plugin's traceback
+
+
+class StorageWriteError(TerminalError):
+    """A file the pipeline writes (the changelog's, the checkpoint's) could not be written:
+    the disk is full, the folder read-only or not the user's. The batch fails before it
+    is committed, so nothing is lost."""
+
+    code = "STORAGE_WRITE_FAILED"
+    hint = ("Free space on (or fix the permissions of) the file system the message names, "
+            "then run the pipeline again: it resumes from its checkpoint and writes the "
+            "failed batch again.")
+
+
+_STORAGE_SIGNS = ("No space left on device", "Disk quota exceeded", "Read-only file system")
+
+
+def storage_failure(text: str) -> StorageWriteError | None:
+    """A write that failed for lack of space (or a read-only file system) anywhere in a
+    failed query's text (Python's OSError, Java's IOException), as a named error."""
+    for line in text.splitlines():
+        sign = next((s for s in _STORAGE_SIGNS if s in line), None)
+        if sign is not None:
+            where = line.strip()
+            return StorageWriteError(f"a write failed: {sign.lower()} ({where[:200]})")
+    return None
 
 
 class DeadLetterWriteError(TransientError):

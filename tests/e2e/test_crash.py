@@ -176,3 +176,25 @@ def test_sigterm_stops_the_pipeline_and_every_process_it_started(mariadb, fresh_
         time.sleep(0.5)
     assert not alive, {p: Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in alive}
     assert "stopped" in (tmp_path / "pipeline.log").read_text()
+
+
+def test_a_run_that_died_writing_its_offset_log_starts_again(spark, mariadb, fresh_db, tmp_path):
+    """A full disk (or a kill) between Spark's write of an offset file and its rename
+    leaves ``.0.<uuid>.tmp`` in the offset log, and Spark then refuses the checkpoint for
+    good (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). The next run clears what the dead
+    write left and captures every change."""
+    db = fresh_db
+    start = str(binlog_position(mariadb))
+    mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2), (3)",
+                db=db)
+    config = _write_config(tmp_path, mariadb, db, start)
+    offsets = tmp_path / "checkpoint" / "0-changelog" / "offsets"
+    offsets.mkdir(parents=True)
+    left = "0.6b0c4a1e-5d0e-4f3c-9a56-2f1f4c7e8d90.tmp"
+    (offsets / f".{left}").write_bytes(b"")            # what the died write left, byte for byte
+    (offsets / f"..{left}.crc").write_bytes(b"")
+    proc = _start(config, "--until-idle")
+    assert proc.wait(timeout=300) == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
+    rows = read_changelog(spark, str(tmp_path / "changelog-parquet")).collect()
+    assert sorted(json.loads(r["key"])["id"] for r in rows if r["op"] == "c") == [1, 2, 3]
+    assert not [p.name for p in offsets.iterdir() if p.name.endswith(".tmp")]

@@ -17,7 +17,7 @@ from mysqlcdc.config.models import (ChangelogSinkConfig, ConsoleSinkConfig, Kafk
                                     ChangelogTableSinkConfig, MirrorSinkConfig,
                                     PipelineConfig, PluginsSinkConfig)
 from mysqlcdc.errors import (BinlogPurgedError, ConfigError, MysqlcdcError, ServerIdInUseError,
-                             ServerUnreachableError, from_text)
+                             ServerUnreachableError, from_text, storage_failure)
 from mysqlcdc.protocol.connection import ConnectionSettings
 from mysqlcdc.spark.checkpoint import HISTORY_DIR, latest_offset, local_dir
 from mysqlcdc.types import BinlogPosition
@@ -354,6 +354,20 @@ def _start_plugins(spark, cfg: PipelineConfig, sink: PluginsSinkConfig, df, *, i
                          name=name)
 
 
+def _clear_stale_writes(cfg: PipelineConfig) -> None:
+    """The temporary files a run that died mid-write (a full disk, a kill) left in its
+    checkpoints' offset and commit logs, removed before any query starts."""
+    from mysqlcdc.spark.checkpoint import local_dir, remove_stale_writes
+
+    for index in range(len(cfg.sinks)):
+        folder = local_dir(sink_checkpoint(cfg, index))
+        if folder is not None and folder.is_dir():
+            removed = remove_stale_writes(folder)
+            if removed:
+                log.info("checkpoint %s: removed %s, left by a run that stopped while "
+                         "writing them", folder, ", ".join(removed))
+
+
 def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = None) -> list:
     """Start one streaming query per sink; returns them in sink order. ``ahead``: the
     decode-ahead ledger folder of a sink's query (``pipeline.ahead``), by sink index."""
@@ -369,6 +383,7 @@ def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = Non
 
         ship_user_code(spark, check_user_code(cfg))
     plain_local_checkpoints(spark, [sink_checkpoint(cfg, i) for i in range(len(cfg.sinks))])
+    _clear_stale_writes(cfg)
     queries = []
     for index, sink in enumerate(cfg.sinks):
         checkpoint = sink_checkpoint(cfg, index)
@@ -630,7 +645,10 @@ def named_failure(cfg: PipelineConfig, exc: BaseException) -> BaseException:
     else:
         err = from_text(str(exc))
         if err is None:
-            return exc
+            err = storage_failure(str(exc))
+            if err is None:
+                return exc
+            err.message += f"; the pipeline writes its checkpoint under {cfg.spark.checkpoint}"
     if isinstance(err, ServerUnreachableError) and not err.transient:
         at = committed_position(cfg)
         if at is not None and "checkpoint is at" not in err.message:

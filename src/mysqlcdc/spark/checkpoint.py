@@ -15,7 +15,7 @@ from mysqlcdc.capture.batchend import resolved_offset
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["HISTORY_DIR", "local_dir", "batch_offset", "latest_offset", "offset_data",
-           "planned_batches", "committed_batches", "query_id"]
+           "planned_batches", "committed_batches", "query_id", "remove_stale_writes"]
 
 HISTORY_DIR = "mysqlcdc-schema"     # the schema history's folder inside a sink's checkpoint
 
@@ -94,6 +94,24 @@ def latest_offset(checkpoint: Path) -> BinlogPosition | None:
         if found is not None:
             return found
     return None
+
+
+def remove_stale_writes(checkpoint: Path) -> list[str]:
+    """Remove what a query that died while writing its offset or commit log left there:
+    Spark writes ``.N.<uuid>.tmp`` (and its ``..N.<uuid>.tmp.crc``) and renames it to
+    ``N``; a full disk or a kill between the two leaves the temporary file, and a new
+    query then refuses the folder (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY`` at batch
+    0). Called before the pipeline's queries start, when none writes there; returns the
+    names removed."""
+    removed = []
+    for folder in (checkpoint / "offsets", checkpoint / "commits"):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if path.name.startswith(".") and path.name.endswith((".tmp", ".tmp.crc")):
+                path.unlink(missing_ok=True)
+                removed.append(f"{folder.name}/{path.name}")
+    return removed
 
 
 def query_id(checkpoint: str | None) -> str | None:

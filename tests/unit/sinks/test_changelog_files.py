@@ -265,3 +265,32 @@ def test_columns_that_never_repeat_are_written_without_a_dictionary(tmp_path):
         assert "RLE_DICTIONARY" in encodings[name], name
     table = pq.read_table(tmp_path / f["path"])
     assert table.column("after").to_pylist() == [r.as_py() for r in _batch(rows).column("after")]
+
+
+def test_a_place_the_files_cannot_be_written_is_a_named_error(tmp_path):
+    """The file system's own refusal (here: the changelog's root is under a file, not a
+    folder), named with the place and the system's reason; nothing is left half written."""
+    from mysqlcdc.errors import StorageWriteError
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    spec = PartFiles(str(blocker / "changelog"), batch_id=0)
+    with pytest.raises(StorageWriteError) as info:
+        list(spec.write(iter([_batch([("shop", "orders", 1)])])))
+    assert info.value.code == "STORAGE_WRITE_FAILED"
+    assert str(blocker / "changelog") in info.value.message
+    assert "Not a directory" in info.value.message and "run the pipeline again" in info.value.hint
+
+
+def test_a_full_disk_in_a_failed_querys_text_is_named():
+    """What Spark reports when the checkpoint's file system is full (Java) or a task's
+    write was refused (Python), as the one-line error the CLI prints."""
+    from mysqlcdc.errors import storage_failure
+
+    java = ("[STREAM_FAILED] Query  terminated with exception: java.io.IOException: No space "
+            "left on device SQLSTATE: XXKST\n=== Streaming Query ===\nIdentifier: x")
+    err = storage_failure(java)
+    assert err is not None and err.code == "STORAGE_WRITE_FAILED"
+    assert "no space left on device" in err.message and "java.io.IOException" in err.message
+    assert storage_failure("OSError: [Errno 30] Read-only file system: '/data'") is not None
+    assert storage_failure("java.lang.IllegalStateException: something else") is None

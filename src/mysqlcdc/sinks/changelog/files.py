@@ -113,6 +113,13 @@ class PartFiles:
                 if batch.num_rows:
                     state.add(batch)
             out = state.close()
+        except OSError as exc:        # a full disk, a folder not ours: named, with the place
+            state.abandon()
+            from mysqlcdc.errors import StorageWriteError
+
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise StorageWriteError(f"the changelog cannot write its files under "
+                                    f"{self.root}: {reason}") from exc
         except BaseException:
             state.abandon()           # the files stay in no commit: orphans, removed later
             raise
