@@ -287,3 +287,34 @@ def test_a_server_restart_mid_snapshot_loses_nothing(spark, own, tmp_path):
     keys = [json.loads(r["key"])["id"] for r in _changes(spark, tmp_path, "big")
             if r["op"] == "r"]
     assert sorted(keys) == list(range(1, 20001))          # every row, once
+
+
+def test_an_online_schema_change_cut_over_reads_the_new_table_again(spark, own, tmp_path):
+    """gh-ost (and pt-online-schema-change) build the new table under a name not
+    captured, copy the rows into it, then RENAME it to the captured name: its rows never
+    went through the stream. The rename queues a backfill of the table, so the changelog's
+    current state (and any mirror) equals the table after the cut-over, new column
+    included."""
+    own.sql("CREATE TABLE shop.t (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.t SELECT seq, seq FROM shop.seq_1_to_500")
+    config = _config(tmp_path, own, ["shop.t"], 7961, mode="initial")
+    _in_process(spark, config)
+    own.sql("CREATE TABLE shop._t_gho LIKE shop.t",
+            "ALTER TABLE shop._t_gho ADD COLUMN w INT NOT NULL DEFAULT 7",
+            "INSERT INTO shop._t_gho (id, v) SELECT id, v FROM shop.t",
+            # the migration's writes, applied to the ghost table as gh-ost does
+            "UPDATE shop.t SET v = -v WHERE id <= 10", "UPDATE shop._t_gho SET v = -v WHERE id <= 10",
+            "DELETE FROM shop.t WHERE id = 20", "DELETE FROM shop._t_gho WHERE id = 20",
+            "RENAME TABLE shop.t TO shop._t_del, shop._t_gho TO shop.t", "DROP TABLE shop._t_del",
+            "INSERT INTO shop.t VALUES (1000, 1, 8)", "UPDATE shop.t SET w = 9 WHERE id = 1")
+    _in_process(spark, config)
+    changelog = str(tmp_path / "changelog")
+    rows = [r.asDict() for r in read_changelog(spark, changelog).collect() if r["table"] == "t"]
+    again = {json.loads(r["key"])["id"] for r in rows
+             if r["op"] == "r" and "w" in json.loads(r["after"])}
+    assert again == {json.loads(a)["id"] for a in _source(own, "shop", "t")}     # every row
+    assert not [r for r in rows if r["table"] == "_t_gho"]
+    read_changelog(spark, changelog).createOrReplaceTempView("cutover")
+    current = {json.dumps(json.loads(r["row"]), sort_keys=True)
+               for r in spark.sql(current_state_sql("cutover", "shop", "t")).collect()}
+    assert current == _source(own, "shop", "t")

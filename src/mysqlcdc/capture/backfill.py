@@ -143,8 +143,8 @@ class SnapshotPhase:
         self._progress = _Progress()
         folder = options.schema_history
         self._status = None if folder is None else Path(folder) / STATUS_FILE
-        self._signals = None if folder is None or options.signal_table is None \
-            else signal_folder(folder)
+        # the signal table's requests, and mysqlcdc's own (a table renamed into capture)
+        self._signals = None if folder is None else signal_folder(folder)
         if options.signal_table is not None and folder is None:
             log.warning("signalTable is set but schemaHistory is not: the read tasks have "
                         "nowhere to hand signals to the driver, so signals are ignored")

@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from mysqlcdc.types import binlog_file_number
 
 __all__ = ["SIGNAL_DDL", "SignalTap", "Signal", "read_signals", "forget_signals",
-           "parse_requests", "Request", "signal_folder"]
+           "parse_requests", "Request", "signal_folder", "request_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,23 @@ class SignalTap:
             tmp.write_text(json.dumps({"file": r["file"], "pos": r["pos"], "row": r["row"],
                                        "row_image": json.loads(r["after"])}))
             os.replace(tmp, path)
+
+
+def request_snapshot(folder: Path, at: tuple[int, int], request_id: str,
+                     tables: list[str]) -> None:
+    """A snapshot request of mysqlcdc's own at binlog position ``at`` (file number, pos),
+    written as a signal read there would be: taken, like one, once the batch that holds
+    ``at`` is committed. Written once: a replayed batch finds it there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"{at[0]:08d}.{at[1]:012d}.{0:06d}.json"
+    path = folder / name
+    if path.exists():
+        return
+    tmp = folder / (name + ".tmp")
+    tmp.write_text(json.dumps({"row_image": {
+        "id": request_id, "type": "execute-snapshot",
+        "data": json.dumps({"data-collections": tables})}}))
+    os.replace(tmp, path)
 
 
 @dataclass(frozen=True)
