@@ -61,3 +61,33 @@ def test_headers_and_tombstones_arrive_with_their_messages_through_a_full_queue(
         assert (dict(msgs[0].headers() or []) ==
                 ({} if headers[i] is None else {"__debezium.newkey": b"%d" % i}))
         assert [m.value() for m in msgs[1:]] == ([None] if tombstones[i] else [])
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_a_message_larger_than_kafka_takes_fails_the_batch_at_once_and_named(kafka, headers):
+    """No attempt can send it, so it is not retried: the error names the topic, the size
+    and the key, and the batch fails before anything is committed."""
+    from mysqlcdc.sinks.kafka.producer import KafkaMessageTooLargeError, with_retries
+    from mysqlcdc.sinks.kafka.settings import KafkaSettings
+
+    topic = f"p-{uuid.uuid4().hex[:8]}"
+    producer = CheckedProducer({"bootstrap.servers": kafka.bootstrap,
+                                "enable.idempotence": "true", "acks": "all",
+                                "message.max.bytes": "20000"})
+    tries = []
+
+    def attempt():
+        tries.append(1)
+        hdrs = [[("h", b"1")] if headers else None] * 3
+        producer.send_all([topic] * 3, [b'{"id":1}', b'{"id":2}', b'{"id":3}'],
+                          [b"small", b"x" * 50_000, b"after"], hdrs, [False] * 3)
+        producer.finish(30)
+    try:
+        with pytest.raises(KafkaMessageTooLargeError) as info:
+            with_retries(KafkaSettings(producer={"bootstrap.servers": kafka.bootstrap}),
+                         "publishing a batch", attempt, lambda: None)
+    finally:
+        producer.close()
+    assert len(tries) == 1 and info.value.code == "KAFKA_MESSAGE_TOO_LARGE"
+    assert topic in info.value.message and '{"id":2}' in info.value.message
+    assert "50008 bytes" in info.value.message and "message.max.bytes" in info.value.hint

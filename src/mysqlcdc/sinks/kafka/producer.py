@@ -17,11 +17,11 @@ from typing import Callable, TypeVar
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from mysqlcdc import stats
-from mysqlcdc.errors import TransientError
+from mysqlcdc.errors import TerminalError, TransientError
 from mysqlcdc.sinks.kafka.settings import KafkaSettings
 
-__all__ = ["KafkaDeliveryError", "CheckedProducer", "with_retries", "drop_producer",
-           "warm_producer"]
+__all__ = ["KafkaDeliveryError", "KafkaMessageTooLargeError", "CheckedProducer", "with_retries",
+           "drop_producer", "warm_producer"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -33,11 +33,34 @@ class KafkaDeliveryError(TransientError):
             "replayed when the pipeline runs again, nothing is lost.")
 
 
+class KafkaMessageTooLargeError(TerminalError):
+    """A message larger than the producer or the broker takes: sending it again cannot
+    succeed, so the batch fails at once."""
+
+    code = "KAFKA_MESSAGE_TOO_LARGE"
+    hint = ("Raise the sink's producer_config message.max.bytes and the topic's "
+            "max.message.bytes (topic_config; the broker's message.max.bytes for new "
+            "topics), or leave the large column out with a transform (drop_columns); the "
+            "batch was not committed and is published again on the next run.")
+
+
+_TOO_LARGE = KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def _too_large(topic: str, key: bytes | None, value: bytes | None,
+               err: KafkaError) -> KafkaMessageTooLargeError:
+    shown = (key or b"")[:120].decode("utf-8", "replace")
+    return KafkaMessageTooLargeError(
+        f"a message of {len(value or b'') + len(key or b'')} bytes for topic {topic!r} "
+        f"(key {shown}) is larger than Kafka takes: {err.str()}")
+
+
 class CheckedProducer:
     """An idempotent ``acks=all`` producer that counts failed and missing delivery reports."""
 
     def __init__(self, config: dict[str, str]) -> None:
         self.failure: KafkaError | None = None
+        self.too_large: KafkaMessageTooLargeError | None = None   # the broker's refusal
         # reports of failed deliveries only: a message leaves the queue either delivered or
         # with its failure's report, so an empty queue after flush and no failure report is
         # every message delivered (and no Python callback runs per delivered message)
@@ -52,7 +75,9 @@ class CheckedProducer:
             self.failure = self.failure or err
         log.warning("kafka: %s", err.str())
 
-    def _on_delivery(self, err: KafkaError | None, _msg: object) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg) -> None:
+        if err is not None and err.code() == _TOO_LARGE and self.too_large is None:
+            self.too_large = _too_large(msg.topic(), msg.key(), msg.value(), err)
         if err is not None and self.failure is None:
             self.failure = err
 
@@ -66,7 +91,18 @@ class CheckedProducer:
                 return
             except BufferError:          # local queue full: let deliveries drain
                 self._serve(self._producer.poll, 0.05)
+            except KafkaException as exc:
+                raise self._refused(exc, topic, key, value) from None
             self._check()
+
+    @staticmethod
+    def _refused(exc: KafkaException, topic: str, key, value) -> Exception:
+        """What ``produce()`` raised: a message over the producer's limit is named (no
+        attempt can send it), anything else stays Kafka's, for the retries."""
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and err.code() == _TOO_LARGE:
+            return _too_large(topic, key, value, err)
+        return exc
 
     def send_all(self, topics: list[str], keys: list, values: list, headers: list,
                  tombstones: list[bool]) -> None:
@@ -80,12 +116,16 @@ class CheckedProducer:
                     produce(topic, value, key, on_delivery=report)
                 except BufferError:
                     self.send(topic, key, value)
+                except KafkaException as exc:
+                    raise self._refused(exc, topic, key, value) from None
             return
         for topic, key, value, hdrs, tombstone in zip(topics, keys, values, headers, tombstones):
             try:
                 produce(topic, value, key, headers=hdrs, on_delivery=report)
             except BufferError:
                 self.send(topic, key, value, hdrs)
+            except KafkaException as exc:
+                raise self._refused(exc, topic, key, value) from None
             if tombstone:
                 self.send(topic, key, None, hdrs)
 
@@ -110,6 +150,8 @@ class CheckedProducer:
             raise KafkaDeliveryError(f"producer failed while serving callbacks: {err}") from None
 
     def _check(self) -> None:
+        if self.too_large is not None:
+            raise self.too_large
         if self.failure is not None:
             raise KafkaDeliveryError(f"delivery failed: {self.failure.str()}")
 
