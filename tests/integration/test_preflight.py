@@ -220,6 +220,13 @@ def test_warnings_reach_the_run_and_a_pattern_matching_no_table_is_one(own, tmp_
     assert [w for w in info.warnings if "shop.order'" in w and "did you mean shop.orders" in w]
     assert [w for w in info.warnings if "'later.*'" in w and "once they are created" in w]
     assert not [w for w in info.warnings if "ord*" in w or "'*.*'" in w]
+    own.sql("CREATE SEQUENCE IF NOT EXISTS shop.ids")
+    warned = preflight(settings_for(own), server_id=901, start=None, include=("shop.*",)).warnings
+    assert [w for w in warned if "shop.ids is a SEQUENCE" in w and "exclude" in w]
+    assert not [w for w in warned if "shop.orders" in w]
+    assert not [w for w in preflight(settings_for(own), server_id=901, start=None,
+                                     include=("shop.*",), exclude=("shop.ids",)).warnings
+                if "SEQUENCE" in w]
 
     cfg = load_pipeline_from_dict({
         "name": "warned", "source": {"host": own.host, "port": own.port, "user": "root",

@@ -276,20 +276,25 @@ def _replica_ids(conn: pymysql.Connection) -> set[int] | None:
     return None
 
 
-def _unmatched(conn: pymysql.Connection, include: tuple[str, ...]) -> tuple[str, ...]:
+def _unmatched(conn: pymysql.Connection, include: tuple[str, ...],
+               exclude: tuple[str, ...]) -> tuple[str, ...]:
     """A warning for each include pattern that matches no table on the server now, with
-    the closest names it has."""
+    the closest names it has, and for each MariaDB sequence the patterns capture."""
     import difflib
 
     from mysqlcdc.capture.filters import TableFilter
 
-    patterns = [p for p in include if p != "*.*"]
-    if not patterns:
+    if not include:
         return ()
-    tables = [f"{db}.{t}" for db, t in query(
-        conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-              "WHERE TABLE_TYPE <> 'VIEW'")]
-    out = []
+    listed = query(conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM "
+                         "information_schema.TABLES WHERE TABLE_TYPE <> 'VIEW'")
+    tables = [f"{db}.{t}" for db, t, _ in listed]
+    captured = TableFilter(tuple(include), tuple(exclude))
+    out = [f"{db}.{t} is a SEQUENCE that source.tables.include matches: each refill of its "
+           f"cache is captured as a row of a table without a key (leave it out with "
+           f"source.tables.exclude)"
+           for db, t, kind in listed if str(kind) == "SEQUENCE" and captured(db, t)]
+    patterns = [p for p in include if p != "*.*"]
     for pattern in patterns:
         match = TableFilter((pattern,))
         if any(match(*name.split(".", 1)) for name in tables):
@@ -325,14 +330,15 @@ def _check_server_id(conn: pymysql.Connection, info: ServerInfo,
 
 def preflight(settings: ConnectionSettings, *, server_id: int | range,
               start: BinlogPosition | None, resuming: bool = False,
-              include: tuple[str, ...] = ()) -> ServerInfo:
+              include: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> ServerInfo:
     """Check the server can serve capture from ``start`` for ``server_id``; see module doc.
 
     ``resuming``: ``start`` is where a checkpoint stands, so a binlog that no longer
     holds it though it was not purged (past the end of its file, or a file newer than the
     server has) means a reset or another server: SOURCE_CHANGED, not BINLOG_PURGED.
-    ``include``: the pipeline's table patterns; one that matches no table on the server
-    (a typo, or a table still to come) is a warning."""
+    ``include``/``exclude``: the pipeline's table patterns; an include pattern that matches
+    no table on the server (a typo, or a table still to come) is a warning, and so is a
+    sequence they capture."""
     conn = connect_sql(settings)  # ServerUnreachableError, AuthenticationError
     try:
         info = server_info(conn)
@@ -350,7 +356,7 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
                     f"position: {why} (RESET MASTER, a restored backup or another server on "
                     f"this address)")
             _check_start(logs, start)
-        more = _check_server_id(conn, info, server_id) + _unmatched(conn, include)
+        more = _check_server_id(conn, info, server_id) + _unmatched(conn, include, exclude)
         return dataclasses.replace(info, warnings=info.warnings + more)
     finally:
         conn.close()

@@ -280,7 +280,8 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
             def check():
                 return preflight(settings, server_id=cfg.replica_ids(),
                                  start=resume_position(cfg), resuming=resuming,
-                                 include=tuple(cfg.source.tables.include))
+                                 include=tuple(cfg.source.tables.include),
+                                 exclude=tuple(cfg.source.tables.exclude))
             # A pipeline with a checkpoint waits through an outage like a running one (a
             # host rebooting with its database). One that never ran has nothing to resume:
             # an unreachable source there is far more often a wrong host or port, so it
