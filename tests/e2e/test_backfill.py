@@ -289,32 +289,39 @@ def test_a_server_restart_mid_snapshot_loses_nothing(spark, own, tmp_path):
     assert sorted(keys) == list(range(1, 20001))          # every row, once
 
 
-def test_an_online_schema_change_cut_over_reads_the_new_table_again(spark, own, tmp_path):
+@pytest.mark.parametrize("mode", ["initial", "never"])
+def test_an_online_schema_change_cut_over_reads_the_new_table_again(spark, own, tmp_path, mode):
     """gh-ost (and pt-online-schema-change) build the new table under a name not
     captured, copy the rows into it, then RENAME it to the captured name: its rows never
-    went through the stream. The rename queues a backfill of the table, so the changelog's
-    current state (and any mirror) equals the table after the cut-over, new column
-    included."""
-    own.sql("CREATE TABLE shop.t (id INT PRIMARY KEY, v INT)",
-            "INSERT INTO shop.t SELECT seq, seq FROM shop.seq_1_to_500")
-    config = _config(tmp_path, own, ["shop.t"], 7961, mode="initial")
+    went through the stream. The rename (here of two tables at once) queues a backfill of
+    them, so the changelog's current state (and any mirror) equals each table after the
+    cut-over, new column included; also for a pipeline that took no initial snapshot."""
+    for t in ("t", "u"):
+        own.sql(f"CREATE TABLE shop.{t} (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO shop.{t} SELECT seq, seq FROM shop.seq_1_to_500")
+    config = _config(tmp_path, own, ["shop.t", "shop.u"], 7961, mode=mode)
     _in_process(spark, config)
-    own.sql("CREATE TABLE shop._t_gho LIKE shop.t",
-            "ALTER TABLE shop._t_gho ADD COLUMN w INT NOT NULL DEFAULT 7",
-            "INSERT INTO shop._t_gho (id, v) SELECT id, v FROM shop.t",
-            # the migration's writes, applied to the ghost table as gh-ost does
-            "UPDATE shop.t SET v = -v WHERE id <= 10", "UPDATE shop._t_gho SET v = -v WHERE id <= 10",
-            "DELETE FROM shop.t WHERE id = 20", "DELETE FROM shop._t_gho WHERE id = 20",
-            "RENAME TABLE shop.t TO shop._t_del, shop._t_gho TO shop.t", "DROP TABLE shop._t_del",
+    for t in ("t", "u"):
+        own.sql(f"CREATE TABLE shop._{t}_gho LIKE shop.{t}",
+                f"ALTER TABLE shop._{t}_gho ADD COLUMN w INT NOT NULL DEFAULT 7",
+                f"INSERT INTO shop._{t}_gho (id, v) SELECT id, v FROM shop.{t}",
+                # the migration's writes, applied to the ghost table as gh-ost does
+                f"UPDATE shop.{t} SET v = -v WHERE id <= 10",
+                f"UPDATE shop._{t}_gho SET v = -v WHERE id <= 10",
+                f"DELETE FROM shop.{t} WHERE id = 20", f"DELETE FROM shop._{t}_gho WHERE id = 20")
+    own.sql("RENAME TABLE shop.t TO shop._t_del, shop._t_gho TO shop.t, "
+            "shop.u TO shop._u_del, shop._u_gho TO shop.u",
+            "DROP TABLE shop._t_del, shop._u_del",
             "INSERT INTO shop.t VALUES (1000, 1, 8)", "UPDATE shop.t SET w = 9 WHERE id = 1")
     _in_process(spark, config)
     changelog = str(tmp_path / "changelog")
-    rows = [r.asDict() for r in read_changelog(spark, changelog).collect() if r["table"] == "t"]
-    again = {json.loads(r["key"])["id"] for r in rows
-             if r["op"] == "r" and "w" in json.loads(r["after"])}
-    assert again == {json.loads(a)["id"] for a in _source(own, "shop", "t")}     # every row
-    assert not [r for r in rows if r["table"] == "_t_gho"]
     read_changelog(spark, changelog).createOrReplaceTempView("cutover")
-    current = {json.dumps(json.loads(r["row"]), sort_keys=True)
-               for r in spark.sql(current_state_sql("cutover", "shop", "t")).collect()}
-    assert current == _source(own, "shop", "t")
+    rows = [r.asDict() for r in read_changelog(spark, changelog).collect()]
+    assert not [r for r in rows if r["table"].startswith("_")]
+    for t in ("t", "u"):
+        again = {json.loads(r["key"])["id"] for r in rows
+                 if r["table"] == t and r["op"] == "r" and "w" in json.loads(r["after"])}
+        assert again == {json.loads(a)["id"] for a in _source(own, "shop", t)}, t
+        current = {json.dumps(json.loads(r["row"]), sort_keys=True)
+                   for r in spark.sql(current_state_sql("cutover", "shop", t)).collect()}
+        assert current == _source(own, "shop", t), t

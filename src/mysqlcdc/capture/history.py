@@ -265,28 +265,29 @@ class SchemaKeeper:
         for c in records:
             if self.include(c.db, c.table):
                 log.info("schema history: %s %s.%s at %s", c.kind, c.db, c.table, at)
-        for ch in changes:
-            if ch.kind == "rename" and ch.old is not None and self.include(ch.db, ch.table) \
-                    and not self.include(*ch.old):
-                self._renamed_in(ch, at)
+        renamed_in = [ch for ch in changes if ch.kind == "rename" and ch.old is not None
+                      and self.include(ch.db, ch.table) and not self.include(*ch.old)]
+        if renamed_in:
+            self._renamed_in(renamed_in, at)
 
-    def _renamed_in(self, ch, at: BinlogPosition) -> None:
-        """A table renamed from a name not captured to a captured one (the cut-over of an
+    def _renamed_in(self, changes: list, at: BinlogPosition) -> None:
+        """Tables renamed from a name not captured to a captured one (the cut-over of an
         online schema change: gh-ost's ``_t_gho``, pt-online-schema-change's ``_t_new``,
-        becoming ``t``): its rows were never captured, so it is read again as a backfill,
-        taken once the batch of the RENAME is committed."""
+        becoming ``t``): their rows were never captured, so they are read again as one
+        backfill, taken once the batch of the RENAME is committed."""
         from mysqlcdc.capture.signals import request_snapshot, signal_folder
 
-        name, old = f"{ch.db}.{ch.table}", f"{ch.old[0]}.{ch.old[1]}"
+        names = [f"{ch.db}.{ch.table}" for ch in changes]
+        said = ", ".join(f"{ch.db}.{ch.table} (from {ch.old[0]}.{ch.old[1]})" for ch in changes)
         if self.history.path is None:
-            log.warning("%s was renamed from %s, which is not captured, at %s: its rows are "
-                        "not in the output (no schema history folder to queue a backfill in; "
-                        "run `mysqlcdc snapshot` for it)", name, old, at)
+            log.warning("renamed at %s from tables not captured: %s; their rows are not in the "
+                        "output (there is no schema history folder to queue a backfill in: "
+                        "run `mysqlcdc snapshot` for them)", at, said)
             return
-        log.warning("%s was renamed from %s, which is not captured, at %s (an online schema "
-                    "change's cut-over?): its rows are read again as a backfill", name, old, at)
+        log.warning("renamed at %s from tables not captured (an online schema change's "
+                    "cut-over?): %s; their rows are read again as a backfill", at, said)
         request_snapshot(signal_folder(str(self.history.path.parent)),
-                         (at.file_number, at.pos), f"rename:{old}>{name}@{at}", [name])
+                         (at.file_number, at.pos), f"rename@{at}", names)
 
     def _table_map(self, ev: TableMapEvent, file: str, pos: int) -> None:
         db, table = ev.schema, ev.table
