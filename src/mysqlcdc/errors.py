@@ -316,7 +316,7 @@ class TableQuarantinedError(SchemaError):
 
 class UnsupportedTableError(SchemaError):
     """A captured table whose rows mysqlcdc cannot deliver as a plain table's (a MariaDB
-    system-versioned table: its binlog rows carry hidden columns and its history rows)."""
+    system-versioned table whose period columns are named in its definition)."""
 
     code = "TABLE_UNSUPPORTED"
     hint = ("Leave the table out of the capture (`source.tables.exclude`, or a narrower "

@@ -81,19 +81,31 @@ def test_parse_labels_edge_cases():
     assert parse_labels("set('''','(',')')") == ("'", "(", ")")
 
 
-def test_a_captured_system_versioned_table_stops_the_pipeline_before_it_reads(
+def test_system_versioned_tables_show_their_hidden_columns_and_named_periods_are_refused(
         mariadb, fresh_db, source_options):
-    """Its binlog rows hold columns information_schema does not list, and each UPDATE or
-    DELETE writes a history row under the row's key: refused at the start, by name; left
-    out of the capture, the other tables go on."""
+    """WITH SYSTEM VERSIONING alone hides row_start and row_end from information_schema
+    while the binlog carries them last: the definition lists them. A table whose period
+    columns are named is refused at the start, by name; left out, the rest goes on."""
     from mysqlcdc.capture.planner import RangePlanner
     from mysqlcdc.errors import UnsupportedTableError
+    from mysqlcdc.schema.introspect import load_table
     from mysqlcdc.spark.options import SourceOptions
 
     from tests.support.mariadb import binlog_position
 
     mariadb.sql("CREATE TABLE kept (id INT PRIMARY KEY)",
-                "CREATE TABLE hist (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING", db=fresh_db)
+                "CREATE TABLE hist (id INT PRIMARY KEY, v INT) WITH SYSTEM VERSIONING",
+                "CREATE TABLE named (id INT PRIMARY KEY, s TIMESTAMP(6) GENERATED ALWAYS AS "
+                "ROW START, e TIMESTAMP(6) GENERATED ALWAYS AS ROW END, "
+                "PERIOD FOR SYSTEM_TIME (s, e)) WITH SYSTEM VERSIONING", db=fresh_db)
+    conn = mariadb.connect()
+    try:
+        hist = load_tables(conn, lambda d, t: d == fresh_db)[(fresh_db, "hist")]
+        assert hist.column_names == ("id", "v", "row_start", "row_end") and hist.versioned
+        assert load_table(conn, fresh_db, "hist") == hist
+        assert load_table(conn, fresh_db, "named").column_names == ("id", "s", "e")
+    finally:
+        conn.close()
     at = binlog_position(mariadb)
 
     def ensure(**tables):
@@ -106,7 +118,6 @@ def test_a_captured_system_versioned_table_stops_the_pipeline_before_it_reads(
 
     with pytest.raises(UnsupportedTableError) as info:
         ensure(include=f"{fresh_db}.*")
-    assert info.value.code == "TABLE_UNSUPPORTED" and f"{fresh_db}.hist" in info.value.message
-    assert f"{fresh_db}.kept" not in info.value.message
-    ensure(include=f"{fresh_db}.*", exclude=f"{fresh_db}.hist")
-    ensure(include=f"{fresh_db}.kept")
+    assert info.value.code == "TABLE_UNSUPPORTED" and f"{fresh_db}.named" in info.value.message
+    assert f"{fresh_db}.hist" not in info.value.message
+    ensure(include=f"{fresh_db}.*", exclude=f"{fresh_db}.named")

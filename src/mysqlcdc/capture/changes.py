@@ -127,6 +127,7 @@ class ChangeDecoder:
         self.tracker = TxnTracker()
         self.keys: dict[int, tuple[str, ...] | None] = {}
         self._key_memo: dict[int, tuple] = {}   # id(TableState) -> (state, key columns)
+        self._versioned: set[tuple[str, str]] = set()   # system-versioned tables met
         self.boundary: tuple[str, int] | None = None
         self.events = 0
         self.passed_bytes = 0     # of events a stream passed over for it (PassOver)
@@ -324,13 +325,24 @@ class ChangeDecoder:
 
     def _key_columns(self, ev: TableMapEvent) -> tuple[str, ...] | None:
         if ev.primary_key and ev.column_names:
-            return tuple(ev.column_names[i] for i in ev.primary_key)
+            names = tuple(ev.column_names[i] for i in ev.primary_key)
+            if _ROW_END not in names:
+                return names
+            # a system-versioned table's key holds its row_end to the server; a row's
+            # identity is the rest (its history rows are not output)
+            table = self.tables(ev.schema, ev.table) if self.tables else None
+            if table is None or not table.versioned:
+                return names
+            self._versioned.add((ev.schema, ev.table))
+            return tuple(n for n in names if n != _ROW_END) or None
         state = self.parser.table_maps.get(ev.table_id)
         if state is not None and not state.included:
             return None           # not decoded: filtered out or held back
         table = self.tables(ev.schema, ev.table) if self.tables else None
         if table is None:
             return None
+        if table.versioned:
+            self._versioned.add((ev.schema, ev.table))
         if ev.column_names is None and len(table.columns) != len(ev.column_types):
             raise SchemaError(
                 f"{ev.schema}.{ev.table}: the binlog row has {len(ev.column_types)} columns but "
@@ -342,7 +354,59 @@ class ChangeDecoder:
         return table.primary_key or None
 
     def take(self) -> pa.RecordBatch:
-        return self.builder.take()
+        batch = self.builder.take()
+        if self._versioned and len(batch):
+            batch = without_history_rows(batch, self._versioned)
+        return batch
+
+
+_ROW_END = "row_end"
+# A current row's row_end in a system-versioned table: the greatest TIMESTAMP(6), as the
+# decoder writes it (MariaDB before 11.5, and 11.5+ on 64-bit where it is 2106's).
+_CURRENT_ENDS = ('"row_end":"2038-01-19T03:14:07.999999Z"',
+                 '"row_end":"2106-02-07T06:28:15.999999Z"')
+
+
+def without_history_rows(batch: pa.RecordBatch,
+                         tables: set[tuple[str, str]]) -> pa.RecordBatch:
+    """``batch`` as the changes of the system-versioned ``tables`` as their users see
+    them: an UPDATE of such a table also inserts the row's old version (its ``row_end``
+    the moment it stopped being current), a DELETE is logged as the update that sets
+    that ``row_end``, and ``DELETE HISTORY`` deletes old versions. A sink that applied
+    those by key would overwrite or keep the current row wrongly: old versions' inserts
+    and deletes are left out, and the update that ends a version becomes the row's
+    delete (``op = d``, its ``before`` kept)."""
+    import pyarrow.compute as pc
+
+    ours = None
+    for db, table in tables:
+        one = pc.and_(pc.equal(batch.column("db"), db), pc.equal(batch.column("table"), table))
+        ours = one if ours is None else pc.or_(ours, one)
+    if not pc.any(ours).as_py():
+        return batch
+
+    def old_version(image):
+        dated = pc.fill_null(pc.match_substring(image, '"row_end":"'), False)
+        for current in _CURRENT_ENDS:
+            dated = pc.and_(dated, pc.invert(pc.fill_null(pc.match_substring(image, current),
+                                                          False)))
+        return dated
+
+    op, after = batch.column("op"), batch.column("after")
+    old_after = old_version(after)
+    history = pc.and_(ours, pc.or_(
+        pc.and_(pc.equal(op, "c"), old_after),
+        pc.and_(pc.equal(op, "d"), old_version(batch.column("before")))))
+    # a DELETE is logged as the update that ends the current version: it is the delete
+    # of the row as the table shows it
+    ended = pc.and_(pc.and_(ours, pc.equal(op, "u")), old_after)
+    if pc.any(ended).as_py():
+        columns = dict(zip(batch.schema.names, batch.columns))
+        columns["op"] = pc.if_else(ended, pa.scalar("d", op.type), op)
+        columns["after"] = pc.if_else(ended, pa.scalar(None, after.type), after)
+        batch = pa.RecordBatch.from_arrays([columns[n] for n in batch.schema.names],
+                                           schema=batch.schema)
+    return batch.filter(pc.invert(history))
 
 
 def pass_over_enabled() -> bool:

@@ -90,16 +90,19 @@ class SchemaKeeper:
         self._load_catalog(conn)
 
     def _refuse_versioned(self, conn) -> None:
-        """A captured system-versioned table stops the pipeline before it reads anything:
-        its binlog rows carry two hidden columns (``row_start``, ``row_end``) that neither
-        information_schema nor the DDL text shows, and every UPDATE or DELETE also writes
-        a history row under the same key, which a sink would apply as the current one."""
+        """A captured system-versioned table whose period columns are named in its
+        definition (``GENERATED ALWAYS AS ROW START``, ``PERIOD FOR SYSTEM_TIME``) stops
+        the pipeline before it reads anything. One made ``WITH SYSTEM VERSIONING`` alone
+        is captured: its hidden ``row_start``/``row_end`` are in its definition
+        (``schema.model.SYSTEM_PERIOD``) and its history rows are left out
+        (``capture.changes.without_history_rows``)."""
         versioned = [f"{db}.{t}" for db, t in load_system_versioned(conn) if self.include(db, t)]
         if versioned:
             raise UnsupportedTableError(
                 f"{', '.join(versioned[:10])}{' ...' if len(versioned) > 10 else ''}: "
-                f"system-versioned (WITH SYSTEM VERSIONING); mysqlcdc does not capture such "
-                f"tables")
+                f"system-versioned with named period columns (GENERATED ALWAYS AS ROW "
+                f"START/END); mysqlcdc captures system-versioned tables only with the hidden "
+                f"row_start/row_end that WITH SYSTEM VERSIONING alone adds")
 
     def _bootstrap(self, conn, start: BinlogPosition, current: BinlogPosition, scan) -> None:
         tables = load_tables(conn)

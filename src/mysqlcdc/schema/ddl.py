@@ -38,11 +38,12 @@ import re
 from dataclasses import dataclass, field, replace
 
 from mysqlcdc.errors import UnsupportedDdlError
-from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.schema.model import ColumnDef, TableDef, with_system_period
 
 __all__ = ["Catalog", "TableChange", "UnsupportedDdlError", "apply_ddl", "classify", "targets"]
 
-_VERSIONING = ("system versioning (mysqlcdc does not capture system-versioned tables: leave "
+_VERSIONING = ("system versioning with named period columns or per column (mysqlcdc captures "
+               "a system-versioned table only as WITH SYSTEM VERSIONING alone makes it: leave "
                "the table out of source.tables and skip it)")
 
 Key = tuple[str, str]
@@ -496,6 +497,7 @@ class _Alter:
     charset: str | None = None
     convert: str | None = None
     rename_to: Key | None = None
+    versioning: str | None = None   # "add" | "drop": ADD / DROP SYSTEM VERSIONING
 
 
 class _Parser:
@@ -507,6 +509,7 @@ class _Parser:
         if "NO_BACKSLASH_ESCAPES" in mode and "\\" in sql:
             raise _Unsupported("backslashes under NO_BACKSLASH_ESCAPES")
         self.real_as_float = "REAL_AS_FLOAT" in mode
+        self.versioned = False            # CREATE TABLE ... WITH SYSTEM VERSIONING
         self.cat = catalog
         self.sql = sql
         self.default_db = default_db
@@ -821,6 +824,8 @@ class _Parser:
         charset = self.table_options(create=True)
         table_charset = charset if charset is not None else self.cat.databases.get(key[0])
         after = self.build_table(key, specs, pk, table_charset)
+        if self.versioned:                # WITH SYSTEM VERSIONING: two hidden columns, last
+            after = with_system_period(after)
         return [TableChange("create", key[0], key[1], before=before, after=after)]
 
     def create_sequence(self, replace_: bool, temporary: bool) -> list[TableChange]:
@@ -919,6 +924,8 @@ class _Parser:
                 charset = value
             elif what == "collate":
                 collated = value
+            elif what == "versioning":
+                self.versioned = True
             elif what == "partition":
                 break
         return charset or collated
@@ -934,8 +941,8 @@ class _Parser:
         if default:
             self.i = start
             return None
-        if self.at("WITH", "SYSTEM", "VERSIONING"):
-            self.fail(_VERSIONING, near=False)
+        if self.accept("WITH", "SYSTEM", "VERSIONING"):
+            return "versioning", None
         if self.at("PARTITION", "BY"):
             self.skip_to_end()
             return "partition", None
@@ -1387,8 +1394,9 @@ class _Parser:
                 spec = self.column_spec()
                 op.defs.append(("add", None, spec, self.position(), if_not))
                 return
-            if self.at("SYSTEM", "VERSIONING"):
-                self.fail(_VERSIONING, near=False)
+            if self.accept("SYSTEM", "VERSIONING"):
+                op.versioning = "add"
+                return
             if self.at("PERIOD", "FOR", "SYSTEM_TIME"):
                 self.fail(_VERSIONING, near=False)
             if self.at("PARTITION"):
@@ -1424,8 +1432,9 @@ class _Parser:
                 if t.kind in ("word", "ident") and t.text.upper() == "PRIMARY":
                     op.drop_pk = True
                 return
-            if self.at("SYSTEM", "VERSIONING"):
-                self.fail(_VERSIONING, near=False)
+            if self.accept("SYSTEM", "VERSIONING"):
+                op.versioning = "drop"
+                return
             if self.at("PARTITION"):
                 self.skip_to_end()
                 return
@@ -1497,6 +1506,8 @@ class _Parser:
         if got is None:
             self.fail("ALTER TABLE clause not understood")
         what, value = got
+        if what == "versioning":
+            self.fail(_VERSIONING, near=False)
         if what == "charset":
             op.charset = value
             if self.accept("COLLATE") or self.accept("DEFAULT", "COLLATE"):
@@ -1613,7 +1624,13 @@ class _Parser:
         columns = [replace(e[1], is_primary_key=False) for e in new]
         columns = _with_primary_key(columns, pk, self)
         db, name = op.rename_to or (before.db, before.name)
-        return TableDef(db, name, tuple(columns), charset=table_charset)
+        after = TableDef(db, name, tuple(columns), charset=table_charset)
+        versioned = op.versioning == "add" or (before.versioned and op.versioning != "drop")
+        if versioned or before.versioned:  # the hidden pair stays last, whatever was added
+            if op.versioning == "add" and before.versioned:
+                self.fail("ADD SYSTEM VERSIONING on a table that has it", near=False)
+            after = with_system_period(after, versioned)
+        return after
 
     def convert_column(self, col: ColumnDef, charset: str) -> ColumnDef:
         if col.charset is None or col.charset == "binary":

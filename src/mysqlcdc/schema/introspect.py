@@ -13,7 +13,7 @@ import pymysql
 
 from mysqlcdc.errors import ProtocolError
 from mysqlcdc.protocol.connection import query
-from mysqlcdc.schema.model import ColumnDef, TableDef
+from mysqlcdc.schema.model import ColumnDef, TableDef, with_system_period
 
 __all__ = ["SYSTEM_SCHEMAS", "load_tables", "load_table", "load_keys", "load_databases",
            "load_system_versioned",
@@ -26,7 +26,8 @@ _SKIP = ", ".join(f"'{s}'" for s in sorted(SYSTEM_SCHEMAS))
 _COLUMNS_SQL = f"""
 SELECT c.TABLE_SCHEMA, c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE,
        c.CHARACTER_SET_NAME, c.IS_NULLABLE, c.CHARACTER_MAXIMUM_LENGTH, c.NUMERIC_PRECISION,
-       c.NUMERIC_SCALE, c.DATETIME_PRECISION, c.EXTRA, t.TABLE_COLLATION
+       c.NUMERIC_SCALE, c.DATETIME_PRECISION, c.EXTRA, t.TABLE_COLLATION, t.TABLE_TYPE,
+       c.GENERATION_EXPRESSION
 FROM information_schema.COLUMNS c
 JOIN information_schema.TABLES t
   ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
@@ -53,20 +54,40 @@ def load_tables(conn: pymysql.Connection, include: Include | None = None
     primary = {(db, t, col) for db, t, col in query(conn, _PRIMARY_SQL)}
     columns: dict[tuple[str, str], list[ColumnDef]] = {}
     charsets: dict[tuple[str, str], str | None] = {}
+    versioned: set[tuple[str, str]] = set()
+    named: set[tuple[str, str]] = set()
     for db, table, *rest in query(conn, _COLUMNS_SQL):
         if include is not None and not include(db, table):
             continue
         column = _column(rest[:10], is_primary_key=(db, table, rest[0]) in primary)
         columns.setdefault((db, table), []).append(column)
         charsets[(db, table)] = charset_of_collation(rest[10])
-    return {key: TableDef(key[0], key[1], tuple(cols), charset=charsets[key])
+        if str(rest[11]) == _VERSIONED:
+            versioned.add((db, table))
+        if str(rest[12]) in _PERIOD_EXPRESSIONS:
+            named.add((db, table))
+    return {key: _periods(TableDef(key[0], key[1], tuple(cols), charset=charsets[key]),
+                          key in versioned and key not in named)
             for key, cols in columns.items()}
+
+
+_VERSIONED = "SYSTEM VERSIONED"
+_PERIOD_EXPRESSIONS = ("ROW START", "ROW END")
+
+
+def _periods(table: TableDef, hidden: bool) -> TableDef:
+    """``table`` with the period columns information_schema leaves out when ``hidden``
+    (``WITH SYSTEM VERSIONING`` alone adds ``row_start`` and ``row_end``, hidden, last).
+    A table whose period columns are named in its definition lists them already (the
+    schema keeper refuses it, ``load_system_versioned``)."""
+    return with_system_period(table) if hidden else table
 
 
 _TABLE_COLUMNS_SQL = """
 SELECT c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE,
        c.CHARACTER_SET_NAME, c.IS_NULLABLE, c.CHARACTER_MAXIMUM_LENGTH, c.NUMERIC_PRECISION,
-       c.NUMERIC_SCALE, c.DATETIME_PRECISION, c.EXTRA, t.TABLE_COLLATION, c.COLUMN_KEY
+       c.NUMERIC_SCALE, c.DATETIME_PRECISION, c.EXTRA, t.TABLE_COLLATION, c.COLUMN_KEY,
+       t.TABLE_TYPE, c.GENERATION_EXPRESSION
 FROM information_schema.COLUMNS c
 JOIN information_schema.TABLES t
   ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
@@ -85,16 +106,22 @@ def _literal(conn: pymysql.Connection, text: str) -> str:
     return conn.escape(text)
 
 
-_VERSIONED_SQL = f"""
-SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES
-WHERE TABLE_TYPE = 'SYSTEM VERSIONED' AND TABLE_SCHEMA NOT IN ({_SKIP})
-ORDER BY TABLE_SCHEMA, TABLE_NAME
+_NAMED_PERIODS_SQL = f"""
+SELECT DISTINCT c.TABLE_SCHEMA, c.TABLE_NAME FROM information_schema.COLUMNS c
+JOIN information_schema.TABLES t
+  ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
+WHERE t.TABLE_TYPE = 'SYSTEM VERSIONED' AND c.TABLE_SCHEMA NOT IN ({_SKIP})
+  AND c.GENERATION_EXPRESSION IN ('ROW START', 'ROW END')
+ORDER BY 1, 2
 """
 
 
 def load_system_versioned(conn: pymysql.Connection) -> list[tuple[str, str]]:
-    """MariaDB's system-versioned tables (``WITH SYSTEM VERSIONING``), as (db, table)."""
-    return [(str(db), str(table)) for db, table in query(conn, _VERSIONED_SQL)]
+    """MariaDB's system-versioned tables whose period columns are named in their
+    definition (``GENERATED ALWAYS AS ROW START``, ``PERIOD FOR SYSTEM_TIME``), as
+    (db, table): the ones mysqlcdc does not capture. Those made ``WITH SYSTEM
+    VERSIONING`` alone are captured (``load_tables`` lists their hidden columns)."""
+    return [(str(db), str(table)) for db, table in query(conn, _NAMED_PERIODS_SQL)]
 
 
 def load_table(conn: pymysql.Connection, db: str, table: str) -> TableDef | None:
@@ -107,7 +134,10 @@ def load_table(conn: pymysql.Connection, db: str, table: str) -> TableDef | None
     primary = load_keys(conn, db, table).get("PRIMARY", ()) if any(
         str(r[11]).upper() == "PRI" for r in rows) else ()
     columns = tuple(_column(list(r[:10]), is_primary_key=str(r[0]) in primary) for r in rows)
-    return TableDef(db, table, columns, charset=charset_of_collation(rows[0][10]))
+    hidden = str(rows[0][12]) == _VERSIONED and \
+        not any(str(r[13]) in _PERIOD_EXPRESSIONS for r in rows)
+    return _periods(TableDef(db, table, columns, charset=charset_of_collation(rows[0][10])),
+                    hidden)
 
 
 def load_keys(conn: pymysql.Connection, db: str, table: str) -> dict[str, tuple[str, ...]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ColumnDef", "TableDef"]
+__all__ = ["ColumnDef", "TableDef", "SYSTEM_PERIOD", "with_system_period"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +31,13 @@ class ColumnDef:
     fsp: int | None = None         # fractional seconds of TIME/DATETIME/TIMESTAMP
     invisible: bool = False
     generated: bool = False        # VIRTUAL or STORED generated column
+    # "row_start" / "row_end": a system-versioned table's hidden period column, which
+    # information_schema does not list (MariaDB's implicit WITH SYSTEM VERSIONING)
+    system: str | None = None
 
     def to_json(self) -> dict:
         out = {"name": self.name, "type": self.data_type}
-        for key in ("column_type", "length", "precision", "scale", "fsp", "charset"):
+        for key in ("column_type", "length", "precision", "scale", "fsp", "charset", "system"):
             value = getattr(self, key)
             if value not in (None, ""):
                 out[key] = value
@@ -58,7 +61,7 @@ class ColumnDef:
             nullable=d.get("nullable", True), column_type=d.get("column_type", ""),
             length=d.get("length"), precision=d.get("precision"), scale=d.get("scale"),
             fsp=d.get("fsp"), invisible=d.get("invisible", False),
-            generated=d.get("generated", False),
+            generated=d.get("generated", False), system=d.get("system"),
         )
 
 
@@ -87,3 +90,24 @@ class TableDef:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+    @property
+    def versioned(self) -> bool:
+        """A system-versioned table (its hidden ``row_end`` column is listed)."""
+        return any(c.system == "row_end" for c in self.columns)
+
+
+# The two columns MariaDB adds, hidden and last, to a table made WITH SYSTEM VERSIONING
+# without naming its period's columns: the row version's start and end. A current row's
+# end is the greatest TIMESTAMP(6); a history row's is when it stopped being current.
+SYSTEM_PERIOD = tuple(
+    ColumnDef(name, "timestamp", nullable=False, column_type="timestamp(6)", fsp=6,
+              invisible=True, generated=True, system=name)
+    for name in ("row_start", "row_end"))
+
+
+def with_system_period(table: TableDef, versioned: bool = True) -> TableDef:
+    """``table`` with its hidden period columns last (``versioned``) or without them."""
+    plain = tuple(c for c in table.columns if c.system is None)
+    columns = plain + SYSTEM_PERIOD if versioned else plain
+    return TableDef(table.db, table.name, columns, table.charset)
