@@ -315,8 +315,8 @@ class TableQuarantinedError(SchemaError):
 
 
 class UnsupportedTableError(SchemaError):
-    """A captured table whose rows mysqlcdc cannot deliver as a plain table's (a MariaDB
-    system-versioned table whose period columns are named in its definition)."""
+    """A captured table whose changes the binlog does not carry as rows (a MariaDB table
+    versioned by transaction ids, whose changes are logged as statements)."""
 
     code = "TABLE_UNSUPPORTED"
     hint = ("Leave the table out of the capture (`source.tables.exclude`, or a narrower "

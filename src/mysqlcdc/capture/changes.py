@@ -127,7 +127,8 @@ class ChangeDecoder:
         self.tracker = TxnTracker()
         self.keys: dict[int, tuple[str, ...] | None] = {}
         self._key_memo: dict[int, tuple] = {}   # id(TableState) -> (state, key columns)
-        self._versioned: set[tuple[str, str]] = set()   # system-versioned tables met
+        # system-versioned tables met: (db, table) -> (row_end column, its type)
+        self._versioned: dict[tuple[str, str], tuple[str, str]] = {}
         self.boundary: tuple[str, int] | None = None
         self.events = 0
         self.passed_bytes = 0     # of events a stream passed over for it (PassOver)
@@ -326,15 +327,9 @@ class ChangeDecoder:
     def _key_columns(self, ev: TableMapEvent) -> tuple[str, ...] | None:
         if ev.primary_key and ev.column_names:
             names = tuple(ev.column_names[i] for i in ev.primary_key)
-            if _ROW_END not in names:
-                return names
-            # a system-versioned table's key holds its row_end to the server; a row's
-            # identity is the rest (its history rows are not output)
             table = self.tables(ev.schema, ev.table) if self.tables else None
-            if table is None or not table.versioned:
-                return names
-            self._versioned.add((ev.schema, ev.table))
-            return tuple(n for n in names if n != _ROW_END) or None
+            return self._versioned_key(ev, table, names) if table is not None and \
+                table.versioned else names
         state = self.parser.table_maps.get(ev.table_id)
         if state is not None and not state.included:
             return None           # not decoded: filtered out or held back
@@ -342,7 +337,7 @@ class ChangeDecoder:
         if table is None:
             return None
         if table.versioned:
-            self._versioned.add((ev.schema, ev.table))
+            return self._versioned_key(ev, table, table.primary_key)
         if ev.column_names is None and len(table.columns) != len(ev.column_types):
             raise SchemaError(
                 f"{ev.schema}.{ev.table}: the binlog row has {len(ev.column_types)} columns but "
@@ -353,6 +348,14 @@ class ChangeDecoder:
             )
         return table.primary_key or None
 
+    def _versioned_key(self, ev: TableMapEvent, table, key: tuple[str, ...]):
+        """A system-versioned table's key: the server's includes the row_end column; a
+        row's identity is the rest (its old versions are not output). The table's rows
+        are held to their current versions from here (``without_history_rows``)."""
+        end = next(c for c in table.columns if c.system == "row_end")
+        self._versioned[(ev.schema, ev.table)] = (end.name, end.data_type)
+        return tuple(n for n in key if n != end.name) or None
+
     def take(self) -> pa.RecordBatch:
         batch = self.builder.take()
         if self._versioned and len(batch):
@@ -360,46 +363,51 @@ class ChangeDecoder:
         return batch
 
 
-_ROW_END = "row_end"
-# A current row's row_end in a system-versioned table: the greatest TIMESTAMP(6), as the
-# decoder writes it (MariaDB before 11.5, and 11.5+ on 64-bit where it is 2106's).
-_CURRENT_ENDS = ('"row_end":"2038-01-19T03:14:07.999999Z"',
-                 '"row_end":"2106-02-07T06:28:15.999999Z"')
+# A current row's row_end in a system-versioned table: the greatest value of its type,
+# as the decoder writes it (TIMESTAMP(6): MariaDB before 11.5, and 11.5+ on 64-bit where
+# it is 2106's; BIGINT UNSIGNED: a transaction-precise table's).
+_CURRENT_ENDS = {"timestamp": ('"2038-01-19T03:14:07.999999Z"', '"2106-02-07T06:28:15.999999Z"'),
+                 "bigint": ("18446744073709551615",)}
 
 
 def without_history_rows(batch: pa.RecordBatch,
-                         tables: set[tuple[str, str]]) -> pa.RecordBatch:
+                         tables: dict[tuple[str, str], tuple[str, str]]) -> pa.RecordBatch:
     """``batch`` as the changes of the system-versioned ``tables`` as their users see
-    them: an UPDATE of such a table also inserts the row's old version (its ``row_end``
-    the moment it stopped being current), a DELETE is logged as the update that sets
-    that ``row_end``, and ``DELETE HISTORY`` deletes old versions. A sink that applied
-    those by key would overwrite or keep the current row wrongly: old versions' inserts
-    and deletes are left out, and the update that ends a version becomes the row's
-    delete (``op = d``, its ``before`` kept)."""
+    them (``tables``: (db, table) -> its row_end column's name and type): an UPDATE of
+    such a table also inserts the row's old version (its row_end the moment it stopped
+    being current), a DELETE is logged as the update that sets that row_end, and
+    ``DELETE HISTORY`` deletes old versions. A sink that applied those by key would
+    overwrite or keep the current row wrongly: old versions' inserts and deletes are left
+    out, and the update that ends a version becomes the row's delete (``op = d``, its
+    ``before`` kept)."""
+    import orjson
     import pyarrow.compute as pc
 
-    ours = None
-    for db, table in tables:
-        one = pc.and_(pc.equal(batch.column("db"), db), pc.equal(batch.column("table"), table))
-        ours = one if ours is None else pc.or_(ours, one)
-    if not pc.any(ours).as_py():
+    op, after, before = batch.column("op"), batch.column("after"), batch.column("before")
+    history = ended = None
+    for (db, table), (column, kind) in tables.items():
+        ours = pc.and_(pc.equal(batch.column("db"), db), pc.equal(batch.column("table"), table))
+        if not pc.any(ours).as_py():
+            continue
+        name = orjson.dumps(column).decode() + ":"
+
+        def old_version(image):
+            dated = pc.fill_null(pc.match_substring(image, name), False)
+            for current in _CURRENT_ENDS.get(kind, ()):
+                dated = pc.and_(dated, pc.invert(pc.fill_null(
+                    pc.match_substring(image, name + current), False)))
+            return dated
+
+        old_after = old_version(after)
+        gone = pc.and_(ours, pc.or_(pc.and_(pc.equal(op, "c"), old_after),
+                                    pc.and_(pc.equal(op, "d"), old_version(before))))
+        # a DELETE is logged as the update that ends the current version: it is the
+        # delete of the row as the table shows it
+        over = pc.and_(pc.and_(ours, pc.equal(op, "u")), old_after)
+        history = gone if history is None else pc.or_(history, gone)
+        ended = over if ended is None else pc.or_(ended, over)
+    if history is None:
         return batch
-
-    def old_version(image):
-        dated = pc.fill_null(pc.match_substring(image, '"row_end":"'), False)
-        for current in _CURRENT_ENDS:
-            dated = pc.and_(dated, pc.invert(pc.fill_null(pc.match_substring(image, current),
-                                                          False)))
-        return dated
-
-    op, after = batch.column("op"), batch.column("after")
-    old_after = old_version(after)
-    history = pc.and_(ours, pc.or_(
-        pc.and_(pc.equal(op, "c"), old_after),
-        pc.and_(pc.equal(op, "d"), old_version(batch.column("before")))))
-    # a DELETE is logged as the update that ends the current version: it is the delete
-    # of the row as the table shows it
-    ended = pc.and_(pc.and_(ours, pc.equal(op, "u")), old_after)
     if pc.any(ended).as_py():
         columns = dict(zip(batch.schema.names, batch.columns))
         columns["op"] = pc.if_else(ended, pa.scalar("d", op.type), op)

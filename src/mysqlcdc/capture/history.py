@@ -27,8 +27,8 @@ from mysqlcdc.errors import (SchemaBootstrapError, SchemaError, TableQuarantined
 from mysqlcdc.schema.compat import table_map_problem
 from mysqlcdc.schema.ddl import Catalog, classify, targets
 from mysqlcdc.schema.history import Change, Quarantine, SchemaHistory
-from mysqlcdc.schema.introspect import (load_databases, load_server_settings,
-                                        load_system_versioned, load_tables)
+from mysqlcdc.schema.introspect import (load_databases, load_server_settings, load_tables,
+                                        load_transaction_versioned)
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["SchemaKeeper"]
@@ -84,25 +84,21 @@ class SchemaKeeper:
         if self.catalog is not None:
             return
         conn = self.sql()
-        self._refuse_versioned(conn)
+        self._refuse_statement_logged(conn)
         if not self.history.bootstrapped:
             self._bootstrap(conn, start, current, scan)
         self._load_catalog(conn)
 
-    def _refuse_versioned(self, conn) -> None:
-        """A captured system-versioned table whose period columns are named in its
-        definition (``GENERATED ALWAYS AS ROW START``, ``PERIOD FOR SYSTEM_TIME``) stops
-        the pipeline before it reads anything. One made ``WITH SYSTEM VERSIONING`` alone
-        is captured: its hidden ``row_start``/``row_end`` are in its definition
-        (``schema.model.SYSTEM_PERIOD``) and its history rows are left out
-        (``capture.changes.without_history_rows``)."""
-        versioned = [f"{db}.{t}" for db, t in load_system_versioned(conn) if self.include(db, t)]
-        if versioned:
+    def _refuse_statement_logged(self, conn) -> None:
+        """A captured table versioned by transaction ids stops the pipeline before it
+        reads anything: MariaDB logs its changes as statements even under
+        ``binlog_format=ROW``, so they never reach the stream as rows."""
+        found = [f"{db}.{t}" for db, t in load_transaction_versioned(conn) if self.include(db, t)]
+        if found:
             raise UnsupportedTableError(
-                f"{', '.join(versioned[:10])}{' ...' if len(versioned) > 10 else ''}: "
-                f"system-versioned with named period columns (GENERATED ALWAYS AS ROW "
-                f"START/END); mysqlcdc captures system-versioned tables only with the hidden "
-                f"row_start/row_end that WITH SYSTEM VERSIONING alone adds")
+                f"{', '.join(found[:10])}{' ...' if len(found) > 10 else ''}: system-versioned "
+                f"by transaction ids (BIGINT UNSIGNED GENERATED ALWAYS AS ROW END), whose "
+                f"changes the server logs as statements, not rows")
 
     def _bootstrap(self, conn, start: BinlogPosition, current: BinlogPosition, scan) -> None:
         tables = load_tables(conn)

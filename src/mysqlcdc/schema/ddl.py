@@ -38,13 +38,12 @@ import re
 from dataclasses import dataclass, field, replace
 
 from mysqlcdc.errors import UnsupportedDdlError
-from mysqlcdc.schema.model import ColumnDef, TableDef, with_system_period
+from mysqlcdc.schema.model import SYSTEM_PERIOD, ColumnDef, TableDef, with_system_period
 
 __all__ = ["Catalog", "TableChange", "UnsupportedDdlError", "apply_ddl", "classify", "targets"]
 
-_VERSIONING = ("system versioning with named period columns or per column (mysqlcdc captures "
-               "a system-versioned table only as WITH SYSTEM VERSIONING alone makes it: leave "
-               "the table out of source.tables and skip it)")
+_VERSIONING = ("DROP SYSTEM VERSIONING of a table whose period columns are named (what becomes "
+               "of them is not certain: re-read the table's definition from the server)")
 
 Key = tuple[str, str]
 
@@ -461,6 +460,7 @@ class _ColSpec:
     generated: bool = False
     collate_charset: str | None = None
     has_default_null: bool = False
+    system: str | None = None      # GENERATED ALWAYS AS ROW START / END: "row_start"/"row_end"
 
 
 # --------------------------------------------------------------------------- parser
@@ -824,8 +824,9 @@ class _Parser:
         charset = self.table_options(create=True)
         table_charset = charset if charset is not None else self.cat.databases.get(key[0])
         after = self.build_table(key, specs, pk, table_charset)
-        if self.versioned:                # WITH SYSTEM VERSIONING: two hidden columns, last
+        if self.versioned and not after.versioned:   # hidden period columns, last
             after = with_system_period(after)
+        self.refuse_transaction_periods(after)
         return [TableChange("create", key[0], key[1], before=before, after=after)]
 
     def create_sequence(self, replace_: bool, temporary: bool) -> list[TableChange]:
@@ -865,9 +866,7 @@ class _Parser:
         if t.kind == "word" and t.up in _INDEX_WORDS:
             return self.key_definition()
         if self.at("PERIOD", "FOR"):
-            if self.at("PERIOD", "FOR", "SYSTEM_TIME"):
-                self.fail(_VERSIONING, near=False)
-            self.skip_item(danger=False)
+            self.skip_item(danger=False)     # SYSTEM_TIME's columns are marked in their own
             return None
         specs.append(self.column_spec())
         return None
@@ -1225,8 +1224,14 @@ class _Parser:
                 if self.accept("GENERATED"):
                     self.expect("ALWAYS")
                 self.expect("AS")
-                if self.at("ROW"):
-                    self.fail(_VERSIONING, near=False)
+                if self.accept("ROW"):       # a system-versioned table's named period column
+                    if self.accept("START"):
+                        spec.system = "row_start"
+                    else:
+                        self.expect("END")
+                        spec.system = "row_end"
+                    spec.generated = True
+                    continue
                 if not self.at("("):
                     self.fail("generated column without an expression")
                 self.skip_parens()
@@ -1258,8 +1263,8 @@ class _Parser:
             elif self.accept("COMPRESSED"):
                 if self.accept("="):
                     self.next()
-            elif self.at("WITH", "SYSTEM", "VERSIONING"):
-                self.fail(_VERSIONING, near=False)
+            elif self.accept("WITH", "SYSTEM", "VERSIONING"):
+                self.versioned = True         # a versioned column makes the table versioned
             elif self.accept("WITHOUT", "SYSTEM", "VERSIONING"):
                 pass
             elif self.accept("SRID"):
@@ -1315,15 +1320,17 @@ class _Parser:
             nullable = True
         if spec.auto_increment or ty.serial or primary or spec.primary:
             nullable = False
-        if spec.generated and spec.null is False:
+        if spec.generated and spec.null is False and spec.system is None:
             self.fail("generated column declared NOT NULL")
+        if spec.system is not None:
+            nullable = False                  # a period column is never NULL
         return ColumnDef(
             name=spec.name, data_type=data_type, unsigned=ty.unsigned, charset=charset,
             enum_values=ty.labels if data_type == "enum" else (),
             set_values=ty.labels if data_type == "set" else (),
             is_primary_key=False, nullable=nullable, column_type=column_type, length=length,
             precision=ty.precision, scale=ty.scale, fsp=ty.fsp,
-            invisible=bool(spec.invisible), generated=spec.generated)
+            invisible=bool(spec.invisible), generated=spec.generated, system=spec.system)
 
     def build_table(self, key: Key, specs: list[_ColSpec], pk: list[str] | None,
                     table_charset: str | None) -> TableDef:
@@ -1397,12 +1404,10 @@ class _Parser:
             if self.accept("SYSTEM", "VERSIONING"):
                 op.versioning = "add"
                 return
-            if self.at("PERIOD", "FOR", "SYSTEM_TIME"):
-                self.fail(_VERSIONING, near=False)
             if self.at("PARTITION"):
                 self.skip_to_end()
                 return
-            if self.at("PERIOD"):
+            if self.at("PERIOD"):            # SYSTEM_TIME's columns are marked in their own
                 self.skip_item()
                 return
             pk = self.key_definition()
@@ -1507,13 +1512,21 @@ class _Parser:
             self.fail("ALTER TABLE clause not understood")
         what, value = got
         if what == "versioning":
-            self.fail(_VERSIONING, near=False)
+            self.fail("WITH SYSTEM VERSIONING as an ALTER TABLE option")
         if what == "charset":
             op.charset = value
             if self.accept("COLLATE") or self.accept("DEFAULT", "COLLATE"):
                 self.collate_value()
         elif what == "collate" and op.charset is None:
             op.charset = value
+
+    def refuse_transaction_periods(self, table: TableDef) -> None:
+        """A table versioned by transaction ids has its changes logged as statements, not
+        rows: the stream would never see them, so the table stops here."""
+        if any(c.system and c.data_type == "bigint" for c in table.columns):
+            self.fail("system versioning by transaction ids (the server logs the table's "
+                      "changes as statements, not rows: leave it out of source.tables and "
+                      "skip it)", near=False)
 
     def set_pk(self, current, cols):
         if current is not None:
@@ -1625,12 +1638,19 @@ class _Parser:
         columns = _with_primary_key(columns, pk, self)
         db, name = op.rename_to or (before.db, before.name)
         after = TableDef(db, name, tuple(columns), charset=table_charset)
-        versioned = op.versioning == "add" or (before.versioned and op.versioning != "drop")
-        if versioned or before.versioned:  # the hidden pair stays last, whatever was added
-            if op.versioning == "add" and before.versioned:
+        self.refuse_transaction_periods(after)
+        hidden = any(c in SYSTEM_PERIOD for c in before.columns)
+        if op.versioning == "add":
+            if before.versioned:
                 self.fail("ADD SYSTEM VERSIONING on a table that has it", near=False)
-            after = with_system_period(after, versioned)
-        return after
+            return after if after.versioned else with_system_period(after)
+        if op.versioning == "drop":
+            if before.versioned and not hidden:
+                self.fail(_VERSIONING, near=False)    # named period columns: what stays?
+            return with_system_period(after, False)
+        if self.versioned and not before.versioned:   # a column WITH SYSTEM VERSIONING
+            self.fail("a column WITH SYSTEM VERSIONING in a table that is not versioned")
+        return with_system_period(after) if hidden else after   # the hidden pair stays last
 
     def convert_column(self, col: ColumnDef, charset: str) -> ColumnDef:
         if col.charset is None or col.charset == "binary":

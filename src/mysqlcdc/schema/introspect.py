@@ -8,6 +8,7 @@ thousands of tables costs two round trips.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import pymysql
 
@@ -16,7 +17,7 @@ from mysqlcdc.protocol.connection import query
 from mysqlcdc.schema.model import ColumnDef, TableDef, with_system_period
 
 __all__ = ["SYSTEM_SCHEMAS", "load_tables", "load_table", "load_keys", "load_databases",
-           "load_system_versioned",
+           "load_transaction_versioned",
            "load_server_charset", "load_server_settings", "parse_labels", "charset_of_collation"]
 
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
@@ -59,12 +60,13 @@ def load_tables(conn: pymysql.Connection, include: Include | None = None
     for db, table, *rest in query(conn, _COLUMNS_SQL):
         if include is not None and not include(db, table):
             continue
-        column = _column(rest[:10], is_primary_key=(db, table, rest[0]) in primary)
+        column = _period_role(_column(rest[:10], is_primary_key=(db, table, rest[0]) in primary),
+                              rest[12])
         columns.setdefault((db, table), []).append(column)
         charsets[(db, table)] = charset_of_collation(rest[10])
         if str(rest[11]) == _VERSIONED:
             versioned.add((db, table))
-        if str(rest[12]) in _PERIOD_EXPRESSIONS:
+        if column.system is not None:
             named.add((db, table))
     return {key: _periods(TableDef(key[0], key[1], tuple(cols), charset=charsets[key]),
                           key in versioned and key not in named)
@@ -72,14 +74,20 @@ def load_tables(conn: pymysql.Connection, include: Include | None = None
 
 
 _VERSIONED = "SYSTEM VERSIONED"
-_PERIOD_EXPRESSIONS = ("ROW START", "ROW END")
+_PERIOD_EXPRESSIONS = {"ROW START": "row_start", "ROW END": "row_end"}
+
+
+def _period_role(column: ColumnDef, expression) -> ColumnDef:
+    """A named period column (``GENERATED ALWAYS AS ROW START``/``END``) marked as such."""
+    role = _PERIOD_EXPRESSIONS.get(str(expression or "").upper())
+    return column if role is None else replace(column, system=role)
 
 
 def _periods(table: TableDef, hidden: bool) -> TableDef:
     """``table`` with the period columns information_schema leaves out when ``hidden``
     (``WITH SYSTEM VERSIONING`` alone adds ``row_start`` and ``row_end``, hidden, last).
-    A table whose period columns are named in its definition lists them already (the
-    schema keeper refuses it, ``load_system_versioned``)."""
+    A table whose period columns are named in its definition lists them already, marked
+    by ``_period_role``."""
     return with_system_period(table) if hidden else table
 
 
@@ -106,22 +114,19 @@ def _literal(conn: pymysql.Connection, text: str) -> str:
     return conn.escape(text)
 
 
-_NAMED_PERIODS_SQL = f"""
-SELECT DISTINCT c.TABLE_SCHEMA, c.TABLE_NAME FROM information_schema.COLUMNS c
-JOIN information_schema.TABLES t
-  ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME
-WHERE t.TABLE_TYPE = 'SYSTEM VERSIONED' AND c.TABLE_SCHEMA NOT IN ({_SKIP})
-  AND c.GENERATION_EXPRESSION IN ('ROW START', 'ROW END')
+_TRANSACTION_PERIODS_SQL = f"""
+SELECT DISTINCT TABLE_SCHEMA, TABLE_NAME FROM information_schema.COLUMNS
+WHERE GENERATION_EXPRESSION = 'ROW END' AND DATA_TYPE = 'bigint'
+  AND TABLE_SCHEMA NOT IN ({_SKIP})
 ORDER BY 1, 2
 """
 
 
-def load_system_versioned(conn: pymysql.Connection) -> list[tuple[str, str]]:
-    """MariaDB's system-versioned tables whose period columns are named in their
-    definition (``GENERATED ALWAYS AS ROW START``, ``PERIOD FOR SYSTEM_TIME``), as
-    (db, table): the ones mysqlcdc does not capture. Those made ``WITH SYSTEM
-    VERSIONING`` alone are captured (``load_tables`` lists their hidden columns)."""
-    return [(str(db), str(table)) for db, table in query(conn, _NAMED_PERIODS_SQL)]
+def load_transaction_versioned(conn: pymysql.Connection) -> list[tuple[str, str]]:
+    """MariaDB's tables versioned by transaction ids (``BIGINT UNSIGNED GENERATED ALWAYS
+    AS ROW END``), as (db, table): the server logs their changes as statements, even
+    under ``binlog_format=ROW``, so the binlog holds none of their rows."""
+    return [(str(db), str(table)) for db, table in query(conn, _TRANSACTION_PERIODS_SQL)]
 
 
 def load_table(conn: pymysql.Connection, db: str, table: str) -> TableDef | None:
@@ -133,9 +138,9 @@ def load_table(conn: pymysql.Connection, db: str, table: str) -> TableDef | None
         return None
     primary = load_keys(conn, db, table).get("PRIMARY", ()) if any(
         str(r[11]).upper() == "PRI" for r in rows) else ()
-    columns = tuple(_column(list(r[:10]), is_primary_key=str(r[0]) in primary) for r in rows)
-    hidden = str(rows[0][12]) == _VERSIONED and \
-        not any(str(r[13]) in _PERIOD_EXPRESSIONS for r in rows)
+    columns = tuple(_period_role(_column(list(r[:10]), is_primary_key=str(r[0]) in primary),
+                                 r[13]) for r in rows)
+    hidden = str(rows[0][12]) == _VERSIONED and not any(c.system for c in columns)
     return _periods(TableDef(db, table, columns, charset=charset_of_collation(rows[0][10])),
                     hidden)
 

@@ -85,7 +85,10 @@ class TableDef:
 
     @property
     def primary_key(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns if c.is_primary_key)
+        """The key that names a row: the primary key's columns, but for a system-versioned
+        table's row_end, which the server adds to it (a row's old versions share the rest
+        and are not output)."""
+        return tuple(c.name for c in self.columns if c.is_primary_key and c.system != "row_end")
 
     @property
     def column_names(self) -> tuple[str, ...]:

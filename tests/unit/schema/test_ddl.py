@@ -165,20 +165,30 @@ def test_with_system_versioning_adds_its_hidden_period_columns_last():
     assert again == cat.tables[(DB, "t")]
 
 
-@pytest.mark.parametrize("sql", [
-    "CREATE TABLE s (id INT PRIMARY KEY, a TIMESTAMP(6) GENERATED ALWAYS AS ROW START, "
-    "b TIMESTAMP(6) GENERATED ALWAYS AS ROW END, PERIOD FOR SYSTEM_TIME (a, b)) "
-    "WITH SYSTEM VERSIONING",
-    "CREATE TABLE s (id INT PRIMARY KEY, v INT WITH SYSTEM VERSIONING)",
-    "ALTER TABLE a ADD PERIOD FOR SYSTEM_TIME (x, y)",
-])
-def test_named_period_columns_are_refused_and_say_what_to_do(sql):
-    """Named period columns (or versioning per column) are not captured: the statement
-    stops the table (quarantine), with the way out in the message."""
-    cat = catalog("CREATE TABLE a (id INT PRIMARY KEY)")
-    err = unsupported(cat, sql)
-    assert err.tables in ({(DB, "s")}, {(DB, "a")})
-    assert "period columns" in err.message and "source.tables" in err.message
+def test_named_period_columns_are_marked_where_they_stand():
+    """Period columns named in the definition are listed where they are, marked; no
+    hidden pair is added. A versioned column makes its table versioned. Versioning by
+    transaction ids (its changes are logged as statements) and DROP SYSTEM VERSIONING of
+    named columns stop the table (quarantine)."""
+    cat = catalog(
+        "CREATE TABLE s (id INT PRIMARY KEY, a TIMESTAMP(6) GENERATED ALWAYS AS ROW START, "
+        "b TIMESTAMP(6) GENERATED ALWAYS AS ROW END, v INT, PERIOD FOR SYSTEM_TIME (a, b)) "
+        "WITH SYSTEM VERSIONING",
+        "CREATE TABLE c (id INT PRIMARY KEY, v INT WITH SYSTEM VERSIONING, w INT)")
+    trx = unsupported(cat, "CREATE TABLE x (id INT PRIMARY KEY, ts BIGINT UNSIGNED GENERATED "
+                           "ALWAYS AS ROW START INVISIBLE, te BIGINT UNSIGNED GENERATED ALWAYS "
+                           "AS ROW END INVISIBLE, PERIOD FOR SYSTEM_TIME (ts, te)) "
+                           "ENGINE=InnoDB WITH SYSTEM VERSIONING")
+    assert trx.tables == {(DB, "x")} and "statements" in trx.message
+    assert names(cat, "s") == ("id", "a", "b", "v") and cat.tables[(DB, "s")].versioned
+    assert (cols(cat, "s")["a"].system, cols(cat, "s")["b"].system) == ("row_start", "row_end")
+    assert not cols(cat, "s")["b"].nullable and cols(cat, "s")["v"].system is None
+    assert (DB, "x") not in cat.tables       # by transaction ids: changes logged as statements
+    assert names(cat, "c") == ("id", "v", "w", "row_start", "row_end")
+    cat.execute("ALTER TABLE s ADD COLUMN z INT", DB)
+    assert names(cat, "s") == ("id", "a", "b", "v", "z")
+    err = unsupported(cat, "ALTER TABLE s DROP SYSTEM VERSIONING")
+    assert err.tables == {(DB, "s")} and "named" in err.message
 
 
 def test_create_select_is_refused_but_the_logged_rewrite_is_applied():
@@ -456,7 +466,7 @@ def test_targets_work_where_parsing_does_not():
 
 @pytest.mark.parametrize("sql", [
     "ALTER TABLE t ADD COLUMN x FROBNICATE(3)",
-    "ALTER TABLE t ADD PERIOD FOR SYSTEM_TIME (a, b)",
+    "ALTER TABLE t WITH SYSTEM VERSIONING",
     "ALTER TABLE t CONVERT PARTITION p TO TABLE u",
     "ALTER TABLE t ADD x INT WITH SYSTEM VERSIONING",
     "ALTER TABLE t ADD x INT MYSTERY",
