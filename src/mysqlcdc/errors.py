@@ -17,7 +17,8 @@ libraries are wrapped at the boundary where they occur; none is swallowed.
     │   │   ├── ChecksumMismatchError
     │   │   ├── MalformedEventError
     │   │   ├── EncryptedBinlogError
-    │   │   └── UnsupportedEventError   an event that can carry rows, not decodable
+    │   │   ├── UnsupportedEventError   an event that can carry rows, not decodable
+    │   │   └── StatementChangeError    a captured table's change logged as a statement
     │   ├── SchemaError                 row does not fit the table definition
     │   │   ├── UnsupportedDdlError     a DDL the schema history cannot apply with certainty
     │   │   ├── KafkaSchemaUnknownError the Kafka sink has no definition for a row
@@ -70,6 +71,7 @@ __all__ = [
     "MalformedEventError",
     "EncryptedBinlogError",
     "UnsupportedEventError",
+    "StatementChangeError",
     "SchemaError",
     "UnsupportedDdlError",
     "PreflightError",
@@ -218,6 +220,17 @@ class UnsupportedEventError(DecodeError):
         "This event can carry row changes that mysqlcdc cannot decode yet; it stopped rather "
         "than skip them. Disable the server feature that writes it or upgrade mysqlcdc."
     )
+
+
+class StatementChangeError(DecodeError):
+    """The binlog holds a change of a captured table as a statement, not as rows: nothing
+    in it says which rows changed, and passing over it would lose them in silence."""
+
+    code = "CHANGE_LOGGED_AS_STATEMENT"
+    hint = ("A session changed binlog_format to STATEMENT or MIXED (SET SESSION needs "
+            "SUPER or BINLOG ADMIN): stop that. Then run once with the table in "
+            "source.tables.exclude (the statement is passed over), put it back, and read it "
+            "again with `mysqlcdc snapshot PIPELINE.yaml DB.TABLE`.")
 
 
 class SchemaError(TerminalError):

@@ -273,6 +273,35 @@ def test_a_system_versioned_table_streams_its_current_rows_as_the_snapshot_reads
     assert all(json.loads(a)[end] == "2038-01-19T03:14:07.999999Z" for a in snap.values())
 
 
+def test_a_captured_tables_change_logged_as_a_statement_stops_the_read_by_name(
+        mariadb, fresh_db):
+    """Under binlog_format=ROW a session may still log its changes as statements (SET
+    SESSION binlog_format): the binlog then has no rows for them. Passing over such a
+    statement would lose them in silence; one of a table not captured is passed over."""
+    from mysqlcdc.errors import StatementChangeError
+
+    mariadb.sql("CREATE TABLE s (id INT PRIMARY KEY, v INT)", "CREATE TABLE other (id INT)",
+                db=fresh_db)
+    start = binlog_position(mariadb)
+    mariadb.sql("INSERT INTO s VALUES (1, 1)", "SET SESSION binlog_format = 'STATEMENT'",
+                "INSERT INTO other VALUES (5)", "UPDATE s SET v = 2 WHERE id = 1",
+                "SET SESSION binlog_format = 'ROW'", "INSERT INTO s VALUES (3, 3)", db=fresh_db)
+    end = binlog_position(mariadb)
+    table = _table(mariadb, fresh_db, "s")
+
+    def read(stop):
+        return _rows(read_range(RangeTask(
+            settings=_settings(mariadb), server_id=3106, start=start, end=stop,
+            tables=TableFilter.exact(fresh_db, "s"),
+            definitions={(fresh_db, "s"): table.definition})))
+
+    with pytest.raises(StatementChangeError) as info:
+        read(end)
+    assert info.value.code == "CHANGE_LOGGED_AS_STATEMENT"
+    assert f"{fresh_db}.s" in info.value.message and "UPDATE s SET v = 2" in info.value.message
+    assert "exclude" in info.value.hint and "snapshot" in info.value.hint
+
+
 def test_a_table_without_primary_key_has_the_streams_key(mariadb, fresh_db):
     mariadb.sql("CREATE TABLE nk (a INT, b VARCHAR(5), f FLOAT)", db=fresh_db)
     start = binlog_position(mariadb)

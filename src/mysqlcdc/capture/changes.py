@@ -23,9 +23,9 @@ from mysqlcdc.binlog.rowsdecode import EXCLUDED, ROWS_FAST_CODES
 from mysqlcdc.collector import fewer_collections
 from mysqlcdc.envelope.builder import EnvelopeBuilder
 from mysqlcdc.envelope.model import OP_ROLLBACK, OP_SCHEMA, OP_TRUNCATE
-from mysqlcdc.errors import ConnectionLostError, SchemaError
+from mysqlcdc.errors import ConnectionLostError, SchemaError, StatementChangeError
 from mysqlcdc.schema.compat import table_map_problem
-from mysqlcdc.schema.ddl import classify
+from mysqlcdc.schema.ddl import classify, dml_target
 from mysqlcdc.schema.history import Quarantine, SchemaView
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.capture.transactions import TxnTracker
@@ -110,8 +110,11 @@ class ChangeDecoder:
     def __init__(self, parser: BinlogParser, tables: TableLookup | None = None, *,
                  include: Callable[[str, str], bool] | None = None,
                  include_query: bool = False, ddl=None, columnar: bool = True,
-                 emit_rollbacks: bool = False) -> None:
+                 emit_rollbacks: bool = False, statements_fatal: bool = False) -> None:
         self.parser = parser
+        # capture (not an offline decode): a captured table's change logged as a
+        # statement stops the read, its rows being nowhere in the binlog
+        self.statements_fatal = statements_fatal
         # row images become envelope texts column by column (envelope.columnar)
         parser.set_defer_rows(columnar)
         self.ddl = ddl            # offline: follows the DDL in the files (capture.offline)
@@ -254,6 +257,13 @@ class ChangeDecoder:
                 and classify(ev.query) != "ignore":
             self.halt = (file, pos)        # the history must apply it first
             return
+        target = dml_target(ev.query, ev.schema or None) if self.statements_fatal else None
+        if target is not None and (self.include is None or self.include(*target)):
+            gtid = getattr(self.tracker.ctx, "gtid", None)
+            raise StatementChangeError(
+                f"{target[0]}.{target[1]} was changed by a statement logged as such at "
+                f"{file}:{pos}{f' (transaction {gtid})' if gtid else ''}, not as rows, so "
+                f"the changed rows are not in the binlog: {' '.join(ev.query.split())[:200]}")
         if self.history is not None:
             self._schema_changes(ev, file, pos)
         elif self.ddl is not None:

@@ -617,7 +617,7 @@ def _window(task: ChunkTask, read: _Read) -> set[str] | None:
         return d if (db, table) == (d.db, d.name) else None
 
     parser = BinlogParser(tables=lookup, include=only, file=read.low.file)
-    decoder = ChangeDecoder(parser, lookup, include=only, ddl=watch)
+    decoder = ChangeDecoder(parser, lookup, include=only, ddl=watch, statements_fatal=True)
     # server id 0: a bounded read the server never blocks, that displaces no other reader
     stream = ReplicationStream(task.settings, server_id=0, start=read.low,
                                reconnect=task.retry, stop_at=read.high)

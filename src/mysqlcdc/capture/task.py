@@ -69,7 +69,7 @@ def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.Record
     lookup = HistoryLookup(view)
     parser = BinlogParser(tables=lookup, include=task.tables, file=task.start.file)
     decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query,
-                            emit_rollbacks=task.emit_rollbacks)
+                            emit_rollbacks=task.emit_rollbacks, statements_fatal=True)
     exact = task.rule is not None and task.rule.cut_events is not None
     stream = ReplicationStream(task.settings, server_id=task.server_id,
                                start=task.rule.cut_from if exact else task.start,

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field, replace
 from mysqlcdc.errors import UnsupportedDdlError
 from mysqlcdc.schema.model import SYSTEM_PERIOD, ColumnDef, TableDef, with_system_period
 
-__all__ = ["Catalog", "TableChange", "UnsupportedDdlError", "apply_ddl", "classify", "targets"]
+__all__ = ["Catalog", "TableChange", "UnsupportedDdlError", "apply_ddl", "classify", "dml_target",
+           "targets"]
 
 _VERSIONING = ("DROP SYSTEM VERSIONING of a table whose period columns are named (what becomes "
                "of them is not certain: re-read the table's definition from the server)")
@@ -234,6 +235,25 @@ def targets(sql: str, default_db: str | None, catalog: Catalog | None = None) ->
     try:
         return _Parser(catalog or Catalog(), sql, default_db).targets()
     except _Unsupported:
+        return None
+
+
+_DML_VERBS = frozenset({"INSERT", "REPLACE", "UPDATE", "DELETE", "LOAD"})
+_DML_WORD = re.compile(r"\s*([A-Za-z]+)")
+
+
+def dml_target(sql: str, default_db: str | None) -> Key | None:
+    """The table a data-changing statement (INSERT, REPLACE, UPDATE, DELETE, LOAD DATA)
+    writes to first, for a QUERY event that carries one; None for any other statement or
+    one whose target cannot be read. Cheap for the statements most QUERY events hold
+    (BEGIN, COMMIT, DDL): only the first word is looked at."""
+    rest = sql[_LEADING_COMMENTS.match(sql).end():]
+    first = _DML_WORD.match(rest)
+    if first is None or first.group(1).upper() not in _DML_VERBS:
+        return None
+    try:
+        return _Parser(Catalog(), rest, default_db).dml_target()
+    except (_Unsupported, IndexError, AttributeError):
         return None
 
 
@@ -1745,6 +1765,23 @@ class _Parser:
         return [TableChange("truncate", key[0], key[1], before=before, after=before)]
 
     # ----- targets
+    def dml_target(self) -> Key | None:
+        verb = self.next().up
+        if verb == "LOAD":                # LOAD DATA|XML ... INTO TABLE name
+            while not self.done() and not self.at("INTO", "TABLE"):
+                self.next()
+            self.expect("INTO")
+            self.expect("TABLE")
+            return self.table_name()
+        while self.accept("LOW_PRIORITY") or self.accept("DELAYED") or \
+                self.accept("HIGH_PRIORITY") or self.accept("QUICK") or self.accept("IGNORE"):
+            pass
+        if verb in ("INSERT", "REPLACE"):
+            self.accept("INTO")
+        elif verb == "DELETE" and self.accept("FROM"):
+            pass                          # DELETE FROM name ...
+        return self.table_name()          # UPDATE name ..., DELETE name[, ...] FROM ...
+
     def targets(self) -> set[Key]:
         kind = _classify_words(_lead(self.toks))
         if kind == "ignore":

@@ -515,3 +515,22 @@ def test_lower_case_table_names():
     cat.execute("CREATE TABLE App.MyTable (a INT)", "App")
     assert ("app", "mytable") in cat.tables
     assert isinstance(cat.tables[("app", "mytable")], TableDef)
+
+
+@pytest.mark.parametrize("sql, target", [
+    ("INSERT INTO t VALUES (1)", (DB, "t")),
+    ("/* app */ insert low_priority ignore into `o`.`t` (a) values (1)", ("o", "t")),
+    ("REPLACE o.t SET a = 1", ("o", "t")),
+    ("UPDATE IGNORE t SET a = 1", (DB, "t")),
+    ("UPDATE t1 JOIN t2 ON t1.a = t2.a SET t1.b = 1", (DB, "t1")),
+    ("DELETE FROM o.t WHERE a = 1", ("o", "t")),
+    ("DELETE QUICK t1 FROM t1 JOIN t2 ON 1", (DB, "t1")),
+    ("LOAD DATA LOCAL INFILE '/tmp/f' REPLACE INTO TABLE o.t", ("o", "t")),
+    ("BEGIN", None), ("COMMIT", None), ("CREATE TABLE t (a INT)", None),
+    ("INSERT INTO", None),
+])
+def test_the_target_of_a_statement_that_changes_rows(sql, target):
+    """What a QUERY event carrying a change logged as a statement writes to first."""
+    from mysqlcdc.schema.ddl import dml_target
+
+    assert dml_target(sql, DB) == target
