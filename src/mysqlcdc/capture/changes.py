@@ -346,8 +346,6 @@ class ChangeDecoder:
         table = self.tables(ev.schema, ev.table) if self.tables else None
         if table is None:
             return None
-        if table.versioned:
-            return self._versioned_key(ev, table, table.primary_key)
         if ev.column_names is None and len(table.columns) != len(ev.column_types):
             raise SchemaError(
                 f"{ev.schema}.{ev.table}: the binlog row has {len(ev.column_types)} columns but "
@@ -356,6 +354,8 @@ class ChangeDecoder:
                 hint="Check `mysqlcdc schema history` for this table; set "
                 "binlog_row_metadata=FULL on the server to carry names in the binlog.",
             )
+        if table.versioned:
+            return self._versioned_key(ev, table, table.primary_key)
         return table.primary_key or None
 
     def _versioned_key(self, ev: TableMapEvent, table, key: tuple[str, ...]):
@@ -373,11 +373,11 @@ class ChangeDecoder:
         return batch
 
 
-# A current row's row_end in a system-versioned table: the greatest value of its type,
-# as the decoder writes it (TIMESTAMP(6): MariaDB before 11.5, and 11.5+ on 64-bit where
-# it is 2106's; BIGINT UNSIGNED: a transaction-precise table's).
-_CURRENT_ENDS = {"timestamp": ('"2038-01-19T03:14:07.999999Z"', '"2106-02-07T06:28:15.999999Z"'),
-                 "bigint": ("18446744073709551615",)}
+# A current row's row_end in a system-versioned table: the greatest TIMESTAMP(6), as the
+# decoder writes it (MariaDB before 11.5, and 11.5+ on 64-bit where it is 2106's). A table
+# versioned by transaction ids (BIGINT periods) is never decoded: its changes are logged
+# as statements (``SchemaKeeper._refuse_statement_logged``).
+_CURRENT_ENDS = {"timestamp": ('"2038-01-19T03:14:07.999999Z"', '"2106-02-07T06:28:15.999999Z"')}
 
 
 def without_history_rows(batch: pa.RecordBatch,
