@@ -276,7 +276,7 @@ def _replica_ids(conn: pymysql.Connection) -> set[int] | None:
     return None
 
 
-def _unmatched(conn: pymysql.Connection, include: tuple[str, ...],
+def _capture_warnings(conn: pymysql.Connection, include: tuple[str, ...],
                exclude: tuple[str, ...]) -> tuple[str, ...]:
     """A warning for each include pattern that matches no table on the server now, with
     the closest names it has, and for each MariaDB sequence the patterns capture."""
@@ -356,7 +356,7 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
                     f"position: {why} (RESET MASTER, a restored backup or another server on "
                     f"this address)")
             _check_start(logs, start)
-        more = _check_server_id(conn, info, server_id) + _unmatched(conn, include, exclude)
+        more = _check_server_id(conn, info, server_id) + _capture_warnings(conn, include, exclude)
         return dataclasses.replace(info, warnings=info.warnings + more)
     finally:
         conn.close()

@@ -88,14 +88,9 @@ class SignalTap:
         for r in rows.to_pylist():
             if r["op"] != "c" or r["after"] is None:
                 continue                     # only inserted rows are requests
-            name = f"{binlog_file_number(r['file']):08d}.{r['pos']:012d}.{r['row']:06d}.json"
-            path = folder / name
-            if path.exists():
-                continue                     # a replayed batch: written the first time
-            tmp = folder / (name + ".tmp")
-            tmp.write_text(json.dumps({"file": r["file"], "pos": r["pos"], "row": r["row"],
-                                       "row_image": json.loads(r["after"])}))
-            os.replace(tmp, path)
+            _put(folder, (binlog_file_number(r["file"]), r["pos"], r["row"]),
+                 {"file": r["file"], "pos": r["pos"], "row": r["row"],
+                  "row_image": json.loads(r["after"])})
 
 
 def request_snapshot(folder: Path, at: tuple[int, int], request_id: str,
@@ -104,14 +99,20 @@ def request_snapshot(folder: Path, at: tuple[int, int], request_id: str,
     written as a signal read there would be: taken, like one, once the batch that holds
     ``at`` is committed. Written once: a replayed batch finds it there."""
     folder.mkdir(parents=True, exist_ok=True)
-    name = f"{at[0]:08d}.{at[1]:012d}.{0:06d}.json"
+    _put(folder, (at[0], at[1], 0), {"row_image": {
+        "id": request_id, "type": "execute-snapshot",
+        "data": json.dumps({"data-collections": tables})}})
+
+
+def _put(folder: Path, key: tuple[int, int, int], record: dict) -> None:
+    """A signal's file, named by its binlog order; written once (a replayed batch finds
+    it there), whole or not at all."""
+    name = f"{key[0]:08d}.{key[1]:012d}.{key[2]:06d}.json"
     path = folder / name
     if path.exists():
         return
     tmp = folder / (name + ".tmp")
-    tmp.write_text(json.dumps({"row_image": {
-        "id": request_id, "type": "execute-snapshot",
-        "data": json.dumps({"data-collections": tables})}}))
+    tmp.write_text(json.dumps(record))
     os.replace(tmp, path)
 
 

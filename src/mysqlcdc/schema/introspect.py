@@ -68,9 +68,12 @@ def load_tables(conn: pymysql.Connection, include: Include | None = None
             versioned.add((db, table))
         if column.system is not None:
             named.add((db, table))
-    return {key: _periods(TableDef(key[0], key[1], tuple(cols), charset=charsets[key]),
-                          key in versioned and key not in named)
-            for key, cols in columns.items()}
+    # WITH SYSTEM VERSIONING alone hides its row_start/row_end from information_schema;
+    # named period columns are listed, marked by _period_role
+    tables = {key: TableDef(key[0], key[1], tuple(cols), charset=charsets[key])
+              for key, cols in columns.items()}
+    return {key: with_system_period(t) if key in versioned and key not in named else t
+            for key, t in tables.items()}
 
 
 _VERSIONED = "SYSTEM VERSIONED"
@@ -83,12 +86,6 @@ def _period_role(column: ColumnDef, expression) -> ColumnDef:
     return column if role is None else replace(column, system=role)
 
 
-def _periods(table: TableDef, hidden: bool) -> TableDef:
-    """``table`` with the period columns information_schema leaves out when ``hidden``
-    (``WITH SYSTEM VERSIONING`` alone adds ``row_start`` and ``row_end``, hidden, last).
-    A table whose period columns are named in its definition lists them already, marked
-    by ``_period_role``."""
-    return with_system_period(table) if hidden else table
 
 
 _TABLE_COLUMNS_SQL = """
@@ -141,8 +138,8 @@ def load_table(conn: pymysql.Connection, db: str, table: str) -> TableDef | None
     columns = tuple(_period_role(_column(list(r[:10]), is_primary_key=str(r[0]) in primary),
                                  r[13]) for r in rows)
     hidden = str(rows[0][12]) == _VERSIONED and not any(c.system for c in columns)
-    return _periods(TableDef(db, table, columns, charset=charset_of_collation(rows[0][10])),
-                    hidden)
+    found = TableDef(db, table, columns, charset=charset_of_collation(rows[0][10]))
+    return with_system_period(found) if hidden else found
 
 
 def load_keys(conn: pymysql.Connection, db: str, table: str) -> dict[str, tuple[str, ...]]:
