@@ -72,6 +72,7 @@ __all__ = [
     "EncryptedBinlogError",
     "UnsupportedEventError",
     "StatementChangeError",
+    "XaPrepareNotFoundError",
     "SchemaError",
     "UnsupportedDdlError",
     "PreflightError",
@@ -231,6 +232,19 @@ class StatementChangeError(DecodeError):
             "SUPER or BINLOG ADMIN): stop that. Then run once with the table in "
             "source.tables.exclude (the statement is passed over), put it back, and read it "
             "again with `mysqlcdc snapshot PIPELINE.yaml DB.TABLE`.")
+
+
+class XaPrepareNotFoundError(DecodeError):
+    """An XA COMMIT whose XA PREPARE (where the transaction's rows are) is in no binlog
+    the server still has: its changes cannot be read, and passing over the commit would
+    lose them in silence."""
+
+    code = "XA_PREPARE_NOT_FOUND"
+    hint = ("The binlog file holding the transaction's XA PREPARE was purged while it stayed "
+            "prepared (XA RECOVER lists such transactions): keep binlogs longer than "
+            "transactions stay prepared. Its rows are not readable: start the pipeline over "
+            "with a new checkpoint and snapshot (or snapshot the tables it changed into a "
+            "new sink).")
 
 
 class SchemaError(TerminalError):

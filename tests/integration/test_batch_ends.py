@@ -26,10 +26,11 @@ def _planner(source_options, tmp_path, name: str, start, db: str, **extra) -> Ra
 
 
 def _drive(planner: RangePlanner, start, max_events, *, forget_records: bool = False,
-           found: list | None = None):
+           found: list | None = None, offset: dict | None = None):
     """Plan and read batches as the stream reader does until nothing is new; returns
     the end of each batch, the rows of all, and the scans the driver made. ``found``
-    gets each pending batch's recorded GTID set and last commit time."""
+    gets each pending batch's recorded GTID set and last commit time. ``offset``: go on
+    from that end offset (a restarted query's) instead of ``start``."""
     scans = []
     original = planner.scan
 
@@ -37,7 +38,8 @@ def _drive(planner: RangePlanner, start, max_events, *, forget_records: bool = F
         scans.append((a, b, n))
         return original(a, b, n, observe)
     planner.scan = counted
-    offset, ends, tables = {"file": start.file, "pos": start.pos}, [], []
+    offset = offset or {"file": start.file, "pos": start.pos}
+    ends, tables = [], []
     target = planner.current()
     while True:
         end = planner.plan_end(offset, max_events, target)

@@ -103,12 +103,20 @@ class Found:
     births: dict[str, int] = field(default_factory=dict)
     gtids: str = ""                      # GTID set of the transactions read ("": none)
     last_ts: int | None = None           # commit time (ms) of the last of them
+    # XA transactions prepared and still open at ``end`` (``capture.xa``): xid ->
+    # [position of their group, whether they changed a captured table]; and those whose
+    # outcome was read: xid -> the position of the prepare it resolved
+    xa: dict[str, list] = field(default_factory=dict)
+    xa_done: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"start": str(self.start), "end": str(self.end), "reason": self.reason,
-                "events": self.events, "bytes": self.bytes, "rows": self.rows,
-                "held": [q.to_json() for q in self.held], "births": self.births,
-                "gtids": self.gtids, "last_ts": self.last_ts}
+        out = {"start": str(self.start), "end": str(self.end), "reason": self.reason,
+               "events": self.events, "bytes": self.bytes, "rows": self.rows,
+               "held": [q.to_json() for q in self.held], "births": self.births,
+               "gtids": self.gtids, "last_ts": self.last_ts}
+        if self.xa or self.xa_done:
+            out["xa"], out["xa_done"] = self.xa, self.xa_done
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> "Found":
@@ -116,7 +124,9 @@ class Found:
                    int(d["events"]), int(d["bytes"]), int(d["rows"]),
                    [Quarantine.from_json(q) for q in d["held"]],
                    {k: int(v) for k, v in d["births"].items()},
-                   d.get("gtids") or "", d.get("last_ts"))
+                   d.get("gtids") or "", d.get("last_ts"),
+                   {str(k): [str(v[0]), bool(v[1])] for k, v in (d.get("xa") or {}).items()},
+                   {str(k): str(v) for k, v in (d.get("xa_done") or {}).items()})
 
 
 # -- offsets -------------------------------------------------------------------
@@ -174,7 +184,22 @@ def combine(start: BinlogPosition, parts: list[Found]) -> Found | None:
         last_ts = f.last_ts or last_ts
     return Found(start, last.end, last.reason, sum(f.events for f in parts),
                  sum(f.bytes for f in parts), sum(f.rows for f in parts),
-                 list(held.values()), births, str(gtids), last_ts)
+                 list(held.values()), births, str(gtids), last_ts, *_xa_of(parts))
+
+
+def _xa_of(parts: list[Found]) -> tuple[dict[str, list], dict[str, str]]:
+    """The XA transactions open at the end of a batch read in slices: every slice
+    inherited the batch's open ones, so a prepare is open unless some slice read its
+    outcome (an xid may be used again once its transaction is over: the prepare's
+    position tells them apart)."""
+    done: dict[str, str] = {}
+    for f in parts:
+        done.update(f.xa_done)
+    resolved = set(done.items())
+    open_: dict[str, list] = {}
+    for f in parts:
+        open_.update((x, v) for x, v in f.xa.items() if (x, v[0]) not in resolved)
+    return open_, done
 
 
 def write_found(path: str | os.PathLike, found: Found) -> bool:
@@ -217,6 +242,10 @@ def offset_after(offset: dict, found: Found | None) -> dict:
     if found is None:
         return out
     out["file"], out["pos"] = found.end.file, found.end.pos
+    if found.xa:
+        out["xa"] = found.xa           # XA transactions open there (``capture.xa``)
+    else:
+        out.pop("xa", None)
     if out.get("gtid") is not None:
         out["gtid"] = str(GtidSet.parse(out["gtid"]).union(GtidSet.parse(found.gtids)))
     if found.last_ts is not None:
@@ -494,7 +523,8 @@ class _Walk:
         return Found(start, end, reason, self.decoder.events - self.counted,
                      self.size + self.decoder.passed_bytes,
                      self.emitted, list(self.decoder.held), self.births,
-                     str(GtidSet().add_all(self.gtids)), self.last_ts)
+                     str(GtidSet().add_all(self.gtids)), self.last_ts,
+                     self.decoder.xa_still_open(), dict(self.decoder.xa_done))
 
 
 def _birth(file: str, data: bytes, known: dict[str, int], seen: dict[str, int]) -> None:

@@ -14,10 +14,10 @@ from typing import Callable, Iterable, Iterator, Protocol
 
 import pyarrow as pa
 
-from mysqlcdc.binlog.events import (MariadbAnnotateRowsEvent, QueryEvent, RowsEvent,
-                                    RowsQueryEvent, TableMapEvent)
+from mysqlcdc.binlog.events import (MariadbAnnotateRowsEvent, MariadbGtidEvent, QueryEvent,
+                                    RowsEvent, RowsQueryEvent, TableMapEvent, XaPrepareEvent)
 from mysqlcdc.binlog.constants import (MARIA_ANNOTATE_ROWS_EVENT, MARIA_GTID_EVENT,
-                                       TABLE_MAP_EVENT, XID_EVENT)
+                                       MARIADB_FL_PREPARED_XA, TABLE_MAP_EVENT, XID_EVENT)
 from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.binlog.rowsdecode import EXCLUDED, ROWS_FAST_CODES
 from mysqlcdc.collector import fewer_collections
@@ -28,6 +28,7 @@ from mysqlcdc.schema.compat import table_map_problem
 from mysqlcdc.schema.ddl import classify, dml_target
 from mysqlcdc.schema.history import Quarantine, SchemaView
 from mysqlcdc.schema.model import TableDef
+from mysqlcdc.capture import xa
 from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.types import BinlogPosition, binlog_file_number
 
@@ -148,6 +149,21 @@ class ChangeDecoder:
         self.held: list[Quarantine] = []
         self._file = ""
         self._file_number = 0
+        # XA transactions (``capture.xa``, DESIGN.md decision 32). Prepared in this read:
+        # xid -> (where its group begins, its rows or None); prepared before it and still
+        # open (inherited from the batch before): xid -> (that position, any rows);
+        # resolved in this read: xid -> the position of the prepare it resolved
+        self.xa_held: dict[str, tuple[BinlogPosition, pa.RecordBatch | None]] = {}
+        self.xa_open: dict[str, tuple[BinlogPosition, bool]] = {}
+        self.xa_done: dict[str, str] = {}
+        self._xa_at: tuple[str, int] | None = None    # the XA group being read began here
+        # reads a prepared group again (``xa.Fetch``); ``xa_search_from``: where a commit
+        # of an xid neither held nor inherited is looked for first (a slice task: its
+        # batch's start); ``xa_missing(xid, file, pos)``: what is done when none is found
+        # (default: the named error)
+        self.xa_fetch: xa.Fetch | None = None
+        self.xa_search_from: BinlogPosition | None = None
+        self.xa_missing: Callable[[str, str, int], object] | None = None
 
     def feed(self, raw: RawEventLike) -> None:
         """Decode one raw event; artificial ones only update decoder state."""
@@ -175,6 +191,8 @@ class ChangeDecoder:
             elif code == _XID:
                 if self.parser.skim(data) == _XID:
                     self.tracker.observe_xid()          # always a boundary
+                    if self._xa_at is not None:
+                        self._xa_release()
                     self.query = None
                     self.boundary = (file, pos + len(data))
                     return False
@@ -207,10 +225,17 @@ class ChangeDecoder:
             elif cls is MariadbAnnotateRowsEvent or cls is RowsQueryEvent:
                 if self.include_query:
                     self.query = ev.query
+            elif cls is MariadbGtidEvent:
+                if ev.flags2 & MARIADB_FL_PREPARED_XA:
+                    self._xa_begin(file, pos)
+            elif cls is XaPrepareEvent:
+                self._xa_prepared(ev)
             boundary = self.tracker.observe(ev, file, pos)
         if boundary:
             self.query = None
             self.boundary = TxnTracker.next_position(events[-1], file, pos + len(data))
+            if self._xa_at is not None:
+                self._xa_release()
         return rows
 
     def _skim_rows(self, file: str, pos: int, data: bytes) -> bool:
@@ -249,6 +274,11 @@ class ChangeDecoder:
         return True
 
     def _query(self, ev: QueryEvent, file: str, pos: int) -> None:
+        if ev.query[:1] in "Xx":
+            said = xa.statement(ev.query)
+            if said is not None:
+                self._xa_statement(said[0], said[1], file, pos)
+                return
         if self.emit_rollbacks and self.tracker.in_txn and _keyword(ev.query) == "ROLLBACK":
             self.builder.add_event(OP_ROLLBACK, ev.schema, None, None, None, "ROLLBACK",
                                    self.tracker.ctx, file, self._file_number, pos)
@@ -268,6 +298,76 @@ class ChangeDecoder:
             self._schema_changes(ev, file, pos)
         elif self.ddl is not None:
             self.ddl.query(ev)
+
+    # -- XA transactions (capture.xa) -------------------------------------------------
+    def _xa_begin(self, file: str, pos: int) -> None:
+        """An XA transaction's group begins (MariaDB: its GTID event; MySQL: XA START):
+        its rows are built apart from the rows before it."""
+        if self._xa_at is None:
+            self._xa_at = (file, pos)
+            self.builder.stash()
+            self.builder.holding = True
+
+    def _xa_release(self) -> None:
+        """The group ended, but not with an XA PREPARE: its rows are output as any
+        transaction's (a group no server writes; nothing is held past its end)."""
+        self._xa_at = None
+        self.builder.holding = False
+
+    def _xa_prepared(self, ev: XaPrepareEvent) -> None:
+        at, self._xa_at = self._xa_at, None
+        builder = self.builder
+        builder.holding = False
+        if at is None or ev.one_phase:
+            return            # MySQL's XA COMMIT ... ONE PHASE: committed here, rows stay
+        rows = builder.take_own()
+        self.xa_held[xa.xid_of(ev.xid)] = (BinlogPosition.of(*at),
+                                           rows if rows.num_rows else None)
+
+    def _xa_statement(self, verb: str, xid: str, file: str, pos: int) -> None:
+        if verb == "START":
+            self._xa_begin(file, pos)
+        elif verb in ("COMMIT", "ROLLBACK"):
+            found = self._xa_find(xid, file, pos, verb == "COMMIT")
+            if found is None:
+                return
+            at, rows = found
+            self.xa_done[xid] = str(at)
+            if rows is not None and verb == "COMMIT":
+                self.builder.put_ready(xa.as_committed(rows, self.tracker.ctx, file,
+                                                       self._file_number, pos))
+
+    def _xa_find(self, xid: str, file: str, pos: int, want_rows: bool):
+        """The prepare an outcome at ``file:pos`` resolves: ``(its position, its rows or
+        None)``, read again when it lies before this read."""
+        held = self.xa_held.pop(xid, None)
+        if held is not None:
+            return held
+        here = BinlogPosition(self._file_number, pos, file)
+        inherited = self.xa_open.pop(xid, None)
+        if inherited is not None:
+            at, any_rows = inherited
+            if not (any_rows and want_rows):
+                return at, None
+            if self.xa_fetch is not None:
+                found = self.xa_fetch(xid, at, here)
+                if found is not None:
+                    return found
+        elif self.xa_fetch is not None and self.xa_search_from is not None:
+            found = self.xa_fetch(xid, self.xa_search_from, here)
+            if found is not None:
+                return found
+        if self.xa_missing is not None:
+            return self.xa_missing(xid, file, pos)
+        raise xa.missing_error(xid, file, pos, "not in the range read, nor recorded open "
+                                               "at its start")
+
+    def xa_still_open(self) -> dict[str, list]:
+        """The prepared transactions open at the end of what was read, for the next
+        read: xid -> [position of their group, whether they changed a captured table]."""
+        out = {x: [str(at), bool(rows)] for x, (at, rows) in self.xa_open.items()}
+        out.update((x, [str(at), rows is not None]) for x, (at, rows) in self.xa_held.items())
+        return out
 
     def _table_map(self, ev: TableMapEvent) -> None:
         """Remember the key columns of the table id, worked out once per table state

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from typing import Callable, Iterable, Iterator, TextIO
 
@@ -130,6 +131,7 @@ def iter_file_batches(
     if lookup is None:
         follower = parser.tables = lookup = FileSchema(parser)
     decoder = ChangeDecoder(parser, lookup, ddl=follower, columnar=columnar)
+    decoder.xa_missing = _xa_not_in_files
     # the loop of ``iter_change_batches`` without an end, on (pos, bytes) pairs: no
     # object per raw event
     feed, builder = decoder.feed_raw, decoder.builder
@@ -148,6 +150,15 @@ def iter_file_batches(
                 yield decoder.take()
     if len(builder):
         yield decoder.take()
+
+
+def _xa_not_in_files(xid: str, file: str, pos: int) -> None:
+    """An XA COMMIT whose prepare is in none of the files decoded: there is nothing to
+    show for it (the files begin after the transaction's rows)."""
+    logging.getLogger(__name__).warning(
+        "XA COMMIT %s at %s:%d: its XA PREPARE is not in the files decoded, so its row "
+        "changes are not shown", xid, file, pos)
+    return None
 
 
 def print_changes(paths: list[str], out: TextIO, *,

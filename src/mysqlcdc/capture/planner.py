@@ -95,6 +95,8 @@ class RangePlanner:
         # the driver and the executors write, the schema history's
         self.task_ends = folder is not None and getattr(options, "planning", "tasks") == "tasks"
         self._found: dict[str, batchend.Found] = {}           # pending offset -> its end
+        # a batch's end -> the XA transactions open there (the next batch inherits them)
+        self._xa_after: dict[BinlogPosition, dict[str, list]] = {}
         self._known: dict[BinlogPosition, BinlogPosition] = {}  # batch start -> DDL known up to
         self._event_bytes = 200.0                                # bytes per event, as last read
         self._event_bytes_read = False                           # ... or a guess
@@ -366,9 +368,19 @@ class RangePlanner:
             found = self._read_here(start, offset)
         self._merge(found)
         self._found[key] = found
+        self._xa_after[found.end] = found.xa
         while len(self._found) > 16:           # Spark asks about the last batch or two
             del self._found[next(iter(self._found))]
+        while len(self._xa_after) > 16:
+            del self._xa_after[next(iter(self._xa_after))]
         return found
+
+    def _xa_open_at(self, start: dict) -> dict[str, list]:
+        """The XA transactions prepared and still open where the batch after the end
+        offset ``start`` begins (``capture.xa``): what the batch before found."""
+        if batchend.pending(start):
+            return dict(self.found_of(start).xa)
+        return dict(start.get("xa") or {})
 
     def plan_end(self, start: dict, max_events: int | None,
                  target: BinlogPosition | None = None) -> dict:
@@ -508,7 +520,8 @@ class RangePlanner:
         self._batch_history(a)
         view = self.history.view(self.options.tables, batch_start=a)
         rules = batchend.task_rules(end, self.options.schema_history, self._births())
-        tasks = [replace(self._task(i, a, rule.cap, view), rule=rule)
+        xa_open = self._xa_open_at(start)
+        tasks = [replace(self._task(i, a, rule.cap, view), rule=rule, xa_open=xa_open)
                  for i, rule in enumerate(rules)]
         for q, _ in self.history.catchups(a):
             tasks.append(self._catchup(len(tasks), q, a))
@@ -527,7 +540,8 @@ class RangePlanner:
         whole = {**offset, "upto": {k: v for k, v in offset["upto"].items()
                                     if k not in ("cuts", "counts")}}
         [rule] = batchend.task_rules(whole, None, self._births())
-        task = replace(self._task(0, start, rule.cap, view), rule=rule)
+        task = replace(self._task(0, start, rule.cap, view), rule=rule,
+                       xa_open=dict(self._xa_after.get(start, {})))
         found: list = []
         for _ in read_range(task, found):
             pass

@@ -618,6 +618,13 @@ def _window(task: ChunkTask, read: _Read) -> set[str] | None:
 
     parser = BinlogParser(tables=lookup, include=only, file=read.low.file)
     decoder = ChangeDecoder(parser, lookup, include=only, ddl=watch, statements_fatal=True)
+
+    def xa_before_window(xid: str, file: str, pos: int) -> None:
+        # an XA transaction prepared before the window commits in it: which keys it
+        # changed is not known here, so the chunk is read again, as after a DDL
+        watch.changed = True
+        return None
+    decoder.xa_missing = xa_before_window
     # server id 0: a bounded read the server never blocks, that displaces no other reader
     stream = ReplicationStream(task.settings, server_id=0, start=read.low,
                                reconnect=task.retry, stop_at=read.high)

@@ -15,19 +15,20 @@ from typing import Iterator
 import pyarrow as pa
 
 from mysqlcdc.binlog.parser import BinlogParser
+from mysqlcdc.capture import xa
 from mysqlcdc.capture.batchend import EndRule, Found, iter_until, write_found
 from mysqlcdc.capture.changes import (ChangeDecoder, HistoryLookup, PassOver, iter_change_batches,
                                       pass_over_enabled)
 from mysqlcdc.capture.filters import TableFilter
 from mysqlcdc.capture.signals import SignalTap
-from mysqlcdc.protocol.connection import ConnectionSettings
+from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql
 from mysqlcdc.protocol.retry import STATS, RetryPolicy
 from mysqlcdc.protocol.stream import ReplicationStream
 from mysqlcdc.schema.history import Change, SchemaView
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["RangeTask", "read_range", "task_view"]
+__all__ = ["RangeTask", "follow_xa", "read_range", "task_view"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class RangeTask:
     signals: SignalTap | None = None
     # set: the task finds where its batch ends (``capture.batchend``); ``end`` is the cap
     rule: "EndRule | None" = None
+    # XA transactions prepared before ``start`` and still open there (``capture.xa``):
+    # xid -> [position of their group, whether they changed a captured table]
+    xa_open: dict[str, list] = field(default_factory=dict, compare=False)
 
 
 def task_view(task: RangeTask) -> SchemaView:
@@ -70,6 +74,7 @@ def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.Record
     parser = BinlogParser(tables=lookup, include=task.tables, file=task.start.file)
     decoder = ChangeDecoder(parser, lookup, include=task.tables, include_query=task.include_query,
                             emit_rollbacks=task.emit_rollbacks, statements_fatal=True)
+    follow_xa(decoder, task, view)
     exact = task.rule is not None and task.rule.cut_events is not None
     stream = ReplicationStream(task.settings, server_id=task.server_id,
                                start=task.rule.cut_from if exact else task.start,
@@ -98,6 +103,30 @@ def read_range(task: RangeTask, found: list | None = None) -> Iterator[pa.Record
         stream.close()
         if report is not None:
             STATS.unlisten(report)
+
+
+def follow_xa(decoder: ChangeDecoder, task: RangeTask, view: SchemaView) -> None:
+    """Let ``decoder`` output the XA transactions whose outcome it meets and whose prepare
+    lies before it (``capture.xa``): those its batch inherited, those of an earlier slice
+    of its batch, and, looked up in the server's binlog listing, any other."""
+    decoder.xa_open = {x: (BinlogPosition.parse(p), bool(rows))
+                       for x, (p, rows) in task.xa_open.items()}
+    decoder.xa_fetch = lambda xid, a, b: xa.read_prepared(task, view, xid, a, b)
+    if task.rule is not None and task.rule.cut_from is not None:
+        decoder.xa_search_from = task.start
+
+    def missing(xid: str, file: str, pos: int):
+        here = BinlogPosition.of(file, pos)
+        conn = connect_sql(task.settings)
+        try:
+            at = xa.find_prepare(conn, xid, here)
+        finally:
+            conn.close()
+        found = None if at is None else xa.read_prepared(task, view, xid, at, here)
+        if found is None:
+            raise xa.missing_error(xid, file, pos, "in the server's binlog files before it")
+        return found
+    decoder.xa_missing = missing
 
 
 def _status_writer(path: str):

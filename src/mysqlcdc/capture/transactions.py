@@ -35,7 +35,9 @@ _TS_CODE_SID = struct.Struct("<IBI").unpack_from   # the head of an event header
 _NO_TXN = TxnContext()
 
 _BEGIN = ("BEGIN", "XA START", "XA BEGIN")
-_END = ("COMMIT", "ROLLBACK")
+# the outcome of a prepared XA transaction is a group of its own (``_keyword`` keeps ten
+# characters: "XA ROLLBAC")
+_END = ("COMMIT", "ROLLBACK", "XA COMMIT", "XA ROLLBAC")
 
 
 def _keyword(query: str) -> str:

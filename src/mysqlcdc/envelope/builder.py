@@ -74,6 +74,13 @@ class EnvelopeBuilder:
     def __init__(self) -> None:
         self._memo: dict[tuple, tuple] = {}
         self._groups: dict[tuple, _Group] = {}
+        # batches finished ahead of the rows being built (``stash``, ``put_ready``): what
+        # an XA transaction's hold moves aside, handed out first by ``take``
+        self._ready: list[pa.RecordBatch] = []
+        self._ready_rows = 0
+        # True while the rows being built are an XA transaction's, not yet committed:
+        # ``take`` leaves them, and they do not count towards a batch's size
+        self.holding = False
         self._reset()
 
     def _reset(self) -> None:
@@ -97,7 +104,36 @@ class EnvelopeBuilder:
         self._buflen = 0
 
     def __len__(self) -> int:
-        return len(self._key)
+        if self.holding:
+            return self._ready_rows
+        return len(self._key) + self._ready_rows
+
+    def stash(self) -> None:
+        """Finish the rows built so far as a batch of their own, ahead of every later row
+        (``take`` hands them out first)."""
+        if self._key:
+            batch = self.take_own()
+            self._ready.append(batch)
+            self._ready_rows += batch.num_rows
+
+    def put_ready(self, batch: pa.RecordBatch) -> None:
+        """Put finished rows after every row built so far."""
+        self.stash()
+        if batch.num_rows:
+            self._ready.append(batch)
+            self._ready_rows += batch.num_rows
+
+    def take(self) -> pa.RecordBatch:
+        if self.holding:
+            own = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA],
+                                             schema=ARROW_SCHEMA)
+        else:
+            own = self.take_own()
+        if not self._ready:
+            return own
+        parts = self._ready + ([own] if own.num_rows else [])
+        self._ready, self._ready_rows = [], 0
+        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
 
     def add_rows(
         self,
@@ -253,7 +289,8 @@ class EnvelopeBuilder:
         self._events.append((1, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
                              file, pos, query, 0, file_number * SEQ_FILE + pos * SEQ_POS))
 
-    def take(self) -> pa.RecordBatch:
+    def take_own(self) -> pa.RecordBatch:
+        """The rows built since the last ``stash`` or ``take`` (not the finished ones)."""
         total = len(self._key)
         events = self._events
         if not events:

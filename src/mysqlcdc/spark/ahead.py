@@ -80,6 +80,7 @@ def fingerprint(task) -> str:
                                    str(rule.cut_from), str(rule.cut_to)),
         sorted((repr(k), repr(v)) for k, v in task.definitions.items()),
         repr(task.signals),            # a tap writes the signal rows it reads (idempotent)
+        _ordered(getattr(task, "xa_open", {})),   # XA transactions it may read again
     ]
     digest = hashlib.sha1(repr(parts).encode())
     if view is not None:
