@@ -247,3 +247,29 @@ def test_every_preflight_error_says_what_to_do():
     for cls in (BinlogDisabledError, BinlogFormatError, MissingPrivilegeError, BinlogPurgedError,
                 ServerIdInUseError, AuthenticationError):
         assert issubclass(cls, PreflightError) and cls.hint
+
+
+def test_a_table_a_cascading_foreign_key_changes_is_a_warning(own):
+    """The server runs a foreign key's ON DELETE / ON UPDATE action in the engine and logs
+    only the parent's rows (shown here from the binlog itself): preflight names each
+    captured child table of such a key, and no other."""
+    own.sql("CREATE DATABASE IF NOT EXISTS fk",
+            "CREATE TABLE fk.parent (id INT PRIMARY KEY)",
+            "CREATE TABLE fk.child (id INT PRIMARY KEY, pid INT, CONSTRAINT to_parent "
+            "FOREIGN KEY (pid) REFERENCES fk.parent (id) ON DELETE CASCADE)",
+            "CREATE TABLE fk.plain (id INT PRIMARY KEY, pid INT, "
+            "FOREIGN KEY (pid) REFERENCES fk.parent (id))",
+            "INSERT INTO fk.parent VALUES (1)", "INSERT INTO fk.child VALUES (10, 1)")
+    own.sql("FLUSH BINARY LOGS")
+    own.sql("DELETE FROM fk.parent WHERE id = 1")
+    assert own.sql("SELECT COUNT(*) FROM fk.child") == [(0,)]
+    last = own.sql("SHOW MASTER STATUS")[0][0]
+    kinds = [str(r[2]) for r in own.sql(f"SHOW BINLOG EVENTS IN '{last}'")]
+    assert kinds.count("Delete_rows_v1") == 1          # the parent's row only
+    warned = preflight(settings_for(own), server_id=901, start=None, include=("fk.*",)).warnings
+    said = [w for w in warned if "foreign key" in w]
+    assert len(said) == 1 and said[0].startswith("fk.child: its foreign key to_parent to "
+                                                 "fk.parent is ON DELETE CASCADE")
+    assert not [w for w in preflight(settings_for(own), server_id=901, start=None,
+                                     include=("fk.parent", "fk.plain")).warnings
+                if "foreign key" in w]

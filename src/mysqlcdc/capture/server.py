@@ -294,6 +294,7 @@ def _capture_warnings(conn: pymysql.Connection, include: tuple[str, ...],
            f"cache is captured as a row of a table without a key (leave it out with "
            f"source.tables.exclude)"
            for db, t, kind in listed if str(kind) == "SEQUENCE" and captured(db, t)]
+    out += _cascade_warnings(conn, captured)
     patterns = [p for p in include if p != "*.*"]
     for pattern in patterns:
         match = TableFilter((pattern,))
@@ -304,6 +305,25 @@ def _capture_warnings(conn: pymysql.Connection, include: tuple[str, ...],
                    + (f" (did you mean {', '.join(close)}?)" if close else
                       "; its tables are captured once they are created"))
     return tuple(out)
+
+
+def _cascade_warnings(conn: pymysql.Connection, captured) -> list[str]:
+    """A warning for each captured table a foreign key's ON DELETE / ON UPDATE action
+    changes: the storage engine runs that action and the server does not log the rows it
+    changes, so no reader of the binlog sees them."""
+    rows = query(conn, "SELECT CONSTRAINT_SCHEMA, TABLE_NAME, CONSTRAINT_NAME, "
+                       "UNIQUE_CONSTRAINT_SCHEMA, REFERENCED_TABLE_NAME, DELETE_RULE, UPDATE_RULE "
+                       "FROM information_schema.REFERENTIAL_CONSTRAINTS")
+    out = []
+    for db, table, name, parent_db, parent, on_delete, on_update in rows:
+        acts = [f"ON {what} {rule}" for what, rule in (("DELETE", on_delete), ("UPDATE", on_update))
+                if str(rule).upper() in ("CASCADE", "SET NULL", "SET DEFAULT")]
+        if acts and captured(db, table):
+            out.append(f"{db}.{table}: its foreign key {name} to {parent_db}.{parent} is "
+                       f"{' and '.join(acts)}, and the server does not log the rows such an "
+                       f"action changes: the stream never sees them, so sinks keep rows it "
+                       f"deleted or changed (see README, Limits)")
+    return out
 
 
 def _check_server_id(conn: pymysql.Connection, info: ServerInfo,
