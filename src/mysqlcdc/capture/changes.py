@@ -22,11 +22,11 @@ from mysqlcdc.binlog.parser import BinlogParser
 from mysqlcdc.binlog.rowsdecode import EXCLUDED, ROWS_FAST_CODES
 from mysqlcdc.collector import fewer_collections
 from mysqlcdc.envelope.builder import EnvelopeBuilder
-from mysqlcdc.envelope.model import OP_ROLLBACK, OP_SCHEMA, OP_TRUNCATE
+from mysqlcdc.envelope.model import OP_ROLLBACK, OP_SCHEMA, OP_TRUNCATE, REKEY_NOTE
 from mysqlcdc.errors import ConnectionLostError, SchemaError, StatementChangeError
 from mysqlcdc.schema.compat import table_map_problem
 from mysqlcdc.schema.ddl import classify, dml_target
-from mysqlcdc.schema.history import Quarantine, SchemaView
+from mysqlcdc.schema.history import Quarantine, SchemaView, rekeys
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.capture import xa
 from mysqlcdc.capture.transactions import TxnTracker
@@ -433,6 +433,14 @@ class ChangeDecoder:
                 else change.definition.to_json(),
                 change.ddl, self.tracker.ctx, file, self._file_number, pos,
             )
+            if rekeys(change):
+                # the table's rows have other key texts from here: what sinks hold under
+                # the old ones is void (a ``t``), and the table is read again (a backfill
+                # the schema keeper queued at this DDL; DESIGN.md decision 33)
+                self.builder.add_event(
+                    OP_TRUNCATE, change.db, change.table, None, None,
+                    f"{REKEY_NOTE} {change.ddl}", self.tracker.ctx, file, self._file_number,
+                    pos, row=1)
 
     def _key_columns(self, ev: TableMapEvent) -> tuple[str, ...] | None:
         if ev.primary_key and ev.column_names:

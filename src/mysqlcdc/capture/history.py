@@ -26,7 +26,7 @@ from mysqlcdc.errors import (SchemaBootstrapError, SchemaError, TableQuarantined
                              UnsupportedTableError)
 from mysqlcdc.schema.compat import table_map_problem
 from mysqlcdc.schema.ddl import Catalog, classify, targets
-from mysqlcdc.schema.history import Change, Quarantine, SchemaHistory
+from mysqlcdc.schema.history import Change, Quarantine, SchemaHistory, rekeys
 from mysqlcdc.schema.introspect import (load_databases, load_server_settings, load_tables,
                                         load_transaction_versioned)
 from mysqlcdc.types import BinlogPosition
@@ -266,27 +266,36 @@ class SchemaKeeper:
                 log.info("schema history: %s %s.%s at %s", c.kind, c.db, c.table, at)
         renamed_in = [ch for ch in changes if ch.kind == "rename" and ch.old is not None
                       and self.include(ch.db, ch.table) and not self.include(*ch.old)]
-        if renamed_in:
-            self._renamed_in(renamed_in, at)
+        rekeyed = [c for c in records if rekeys(c) and self.include(c.db, c.table)]
+        if renamed_in or rekeyed:
+            self._read_again(renamed_in, rekeyed, at)
 
-    def _renamed_in(self, changes: list, at: BinlogPosition) -> None:
-        """Tables renamed from a name not captured to a captured one (the cut-over of an
-        online schema change: gh-ost's ``_t_gho``, pt-online-schema-change's ``_t_new``,
-        becoming ``t``): their rows were never captured, so they are read again as one
-        backfill, taken once the batch of the RENAME is committed."""
+    def _read_again(self, renamed_in: list, rekeyed: list[Change], at: BinlogPosition) -> None:
+        """Tables the DDL at ``at`` leaves with rows no sink has under their keys, read
+        again as one backfill, taken once the batch of the DDL is committed: tables
+        renamed from a name not captured to a captured one (the cut-over of an online
+        schema change: gh-ost's ``_t_gho``, pt-online-schema-change's ``_t_new``, becoming
+        ``t``), whose rows were never captured; and tables whose key the DDL changed
+        (``rekeys``: the decoder outputs a ``t`` there, DESIGN.md decision 33)."""
         from mysqlcdc.capture.signals import request_snapshot, signal_folder
 
-        names = [f"{ch.db}.{ch.table}" for ch in changes]
-        said = ", ".join(f"{ch.db}.{ch.table} (from {ch.old[0]}.{ch.old[1]})" for ch in changes)
+        names = [f"{ch.db}.{ch.table}" for ch in renamed_in]
+        names += [n for n in (f"{c.db}.{c.table}" for c in rekeyed) if n not in names]
+        said = "; ".join(
+            [f"renamed from tables not captured (an online schema change's cut-over?): "
+             + ", ".join(f"{ch.db}.{ch.table} (from {ch.old[0]}.{ch.old[1]})"
+                         for ch in renamed_in)] * bool(renamed_in)
+            + [f"key changed (rows now have other key texts): "
+               + ", ".join(f"{c.db}.{c.table}" for c in rekeyed)] * bool(rekeyed))
         if self.history.path is None:
-            log.warning("renamed at %s from tables not captured: %s; their rows are not in the "
-                        "output (there is no schema history folder to queue a backfill in: "
-                        "run `mysqlcdc snapshot` for them)", at, said)
+            log.warning("at %s %s; their rows are not read again (there is no schema history "
+                        "folder to queue a backfill in: run `mysqlcdc snapshot` for them)",
+                        at, said)
             return
-        log.warning("renamed at %s from tables not captured (an online schema change's "
-                    "cut-over?): %s; their rows are read again as a backfill", at, said)
+        log.warning("at %s %s; their rows are read again as a backfill", at, said)
         request_snapshot(signal_folder(str(self.history.path.parent)),
-                         (at.file_number, at.pos), f"rename@{at}", names)
+                         (at.file_number, at.pos), f"{'rename' if renamed_in else 'rekey'}@{at}",
+                         names)
 
     def _table_map(self, ev: TableMapEvent, file: str, pos: int) -> None:
         db, table = ev.schema, ev.table

@@ -279,15 +279,17 @@ class EnvelopeBuilder:
 
     def add_event(self, op: str, db: str, table: str, before: dict | None, after: dict | None,
                   query: str | None, txn: TxnContext, file: str, file_number: int,
-                  pos: int) -> None:
+                  pos: int, row: int = 0) -> None:
         """Append one record that is not a row change (schema change ``s``, truncate ``t``):
-        ``before``/``after`` are the table's definitions around it, ``query`` its statement."""
+        ``before``/``after`` are the table's definitions around it, ``query`` its statement;
+        ``row`` orders records at the same position."""
         self._before.append(None if before is None else _encode(before))
         self._after.append(None if after is None else _encode(after))
         self._key.append(None)
         self._old_key.append(None)
         self._events.append((1, op, db, table, txn.ts_ms, txn.server_id, txn.gtid, txn.txn_id,
-                             file, pos, query, 0, file_number * SEQ_FILE + pos * SEQ_POS))
+                             file, pos, query, row,
+                             file_number * SEQ_FILE + pos * SEQ_POS + 2 * row))
 
     def take_own(self) -> pa.RecordBatch:
         """The rows built since the last ``stash`` or ``take`` (not the finished ones)."""

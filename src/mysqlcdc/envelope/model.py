@@ -23,6 +23,11 @@ OP_UPDATE = "u"
 OP_DELETE = "d"
 OP_READ = "r"
 OP_TRUNCATE = "t"
+# the ``query`` of the ``t`` that follows the ``s`` of a DDL that changed a table's key
+# (DESIGN.md decision 33): the rows sinks hold under the old key texts are void, and the
+# table is read again; a sink that keys rows by the new definition itself (a mirror) may
+# pass it over
+REKEY_NOTE = "/* mysqlcdc: the key of this table changed; its rows are read again */"
 OP_SCHEMA = "s"      # a DDL changed a table's definition (before/after: the definitions)
 # the transaction ended with ROLLBACK although the binlog holds its rows (tables that cannot
 # roll back, such as MyISAM); only with the reader's emitRollbacks option (the plugins sink)

@@ -35,7 +35,7 @@ from mysqlcdc.errors import ConfigError
 from mysqlcdc.schema.model import TableDef
 from mysqlcdc.types import BinlogPosition
 
-__all__ = ["Change", "Quarantine", "Resolution", "SchemaHistory", "SchemaView", "HISTORY_FILE"]
+__all__ = ["Change", "Quarantine", "Resolution", "SchemaHistory", "SchemaView", "HISTORY_FILE", "rekeys"]
 
 HISTORY_FILE = "schema-history.jsonl"
 Key = tuple[str, str]
@@ -83,6 +83,14 @@ class Change:
                    None if d.get("definition") is None else TableDef.from_json(d["definition"]),
                    d.get("ddl"), tuple(d["old"]) if d.get("old") else None,
                    None if d.get("before") is None else TableDef.from_json(d["before"]))
+
+
+def rekeys(change: Change) -> bool:
+    """A DDL that changes the key texts of its table's rows (``TableDef.key_signature``):
+    the same row is under one key before it and another after (DESIGN.md decision 33)."""
+    return (change.kind == "alter" and change.before is not None
+            and change.definition is not None
+            and change.before.key_signature() != change.definition.key_signature())
 
 
 @dataclass(frozen=True)

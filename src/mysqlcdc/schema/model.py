@@ -94,6 +94,15 @@ class TableDef:
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 
+    def key_signature(self) -> tuple:
+        """What the envelope's ``key`` of a row of this table is made of: the key's columns
+        (every column for a table without a primary key) and how each one's value is
+        written. Where a DDL changes it, the same row has another key text after it than
+        before (``SchemaKeeper`` then reads the table again, DESIGN.md decision 33)."""
+        names = self.primary_key or self.column_names
+        by_name = {c.name: c for c in self.columns}
+        return tuple((n, _written_as(by_name[n])) for n in names)
+
     @property
     def versioned(self) -> bool:
         """A system-versioned table (its hidden ``row_end`` column is listed)."""
@@ -114,3 +123,23 @@ def with_system_period(table: TableDef, versioned: bool = True) -> TableDef:
     plain = tuple(c for c in table.columns if c.system is None)
     columns = plain + SYSTEM_PERIOD if versioned else plain
     return TableDef(table.db, table.name, columns, table.charset)
+
+
+_INTEGERS = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+_TEXTS = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+
+
+def _written_as(c: ColumnDef) -> str:
+    """How a column's values are written in the envelope, as far as a DDL can change
+    it: every integer type alike (a number), every text type in a character set and
+    ENUM alike (the characters), a DECIMAL by its scale, anything else by its full
+    type."""
+    if c.data_type in _INTEGERS:
+        return "integer"
+    if (c.data_type in _TEXTS and c.charset != "binary") or c.data_type == "enum":
+        return "text"                       # an ENUM is written as its label
+    if c.data_type == "set":
+        return "labels"
+    if c.data_type in ("decimal", "numeric"):
+        return f"decimal,{c.scale}"         # written with exactly its scale's decimals
+    return c.column_type or c.data_type

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Callable, Iterable, Protocol
 
+from mysqlcdc.envelope.model import REKEY_NOTE
 from mysqlcdc.errors import MirrorAuthError, MirrorTableStoppedError, MirrorUnavailableError
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.schema.model import ColumnDef, TableDef
@@ -410,8 +411,8 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
                           seq if isinstance(seq, Decimal) else Decimal(seq), r.get("ts_ms")),
                    r["file"], r["pos"])
         elif op == "t":
-            if key in stopped:
-                continue
+            if key in stopped or (r.get("query") or "").startswith(REKEY_NOTE):
+                continue       # a key change: the target's rows follow the new key already
             if not history:
                 pending.pop(key, None)           # changes before a truncate do not matter
             else:
@@ -507,13 +508,15 @@ def run_with_retries(make_target: Callable[[], Target], work: Callable[[Target],
 
 
 _COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq", "txn_id",
-            "server_id", "ts_ms")
+            "server_id", "ts_ms", "query")
 
 
 def _collect(df, keep_before: bool):
     """The batch's rows as dicts in ``seq`` order. Without ``keep_before`` a row change's
-    ``before`` image (half an update's bytes) is left in Spark: only ``s`` records need it."""
+    ``before`` image (half an update's bytes) is left in Spark: only ``s`` records need it.
+    A ``t``'s ``query`` tells a truncate from a key change (``REKEY_NOTE``)."""
     cols = [f"`{c}`" for c in _COLUMNS]
+    cols[-1] = "CASE WHEN op = 't' THEN `query` END AS `query`"
     if not keep_before:
         cols[3] = "CASE WHEN op = 's' THEN `before` END AS `before`"
     return df.selectExpr(*cols).toArrow().sort_by("seq").to_pylist()
