@@ -77,3 +77,38 @@ def test_a_key_change_reads_the_table_again(spark, own, postgres, tmp_path, monk
     assert not [r for r in rows if r["op"] == "r" and r["table"] == "plain"
                 and json.loads(r["after"]).get("w") is not None]
     assert_target_equals_source(own, postgres, "postgresql", "shop", ["keyed", "plain"])
+
+
+def test_renamed_dropped_and_created_again_tables_have_their_rows_once(
+        spark, own, postgres, tmp_path, monkeypatch):
+    """An online schema change whose helper tables are captured too (``shop.*``: the
+    ghost table's copied rows are changes of ``_a_gho``), and a table dropped and created
+    again: the changelog's current state of every name equals the server's table, and a
+    table renamed away or dropped has none."""
+    monkeypatch.setenv("REKEY_PG_PASSWORD", postgres.password)
+    own.sql("CREATE TABLE shop.a (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.a SELECT seq, seq FROM shop.seq_1_to_100",
+            "CREATE TABLE shop.g (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.g SELECT seq, seq FROM shop.seq_1_to_20")
+    config = _config(tmp_path, own, postgres)
+    _in_process(spark, config)
+    own.sql("CREATE TABLE shop._a_gho LIKE shop.a",
+            "ALTER TABLE shop._a_gho ADD COLUMN w INT NOT NULL DEFAULT 7",
+            "INSERT INTO shop._a_gho (id, v) SELECT id, v FROM shop.a",
+            "UPDATE shop.a SET v = -v WHERE id <= 5", "UPDATE shop._a_gho SET v = -v WHERE id <= 5",
+            "DELETE FROM shop.a WHERE id = 50", "DELETE FROM shop._a_gho WHERE id = 50",
+            "RENAME TABLE shop.a TO shop._a_del, shop._a_gho TO shop.a",
+            "DROP TABLE shop._a_del",
+            "INSERT INTO shop.a VALUES (1000, 1, 8)",
+            "DROP TABLE shop.g", "CREATE TABLE shop.g (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.g VALUES (1000, 1)")
+    _in_process(spark, config)
+    changelog = str(tmp_path / "changelog")
+    read_changelog(spark, changelog).createOrReplaceTempView("renames")
+    for table in ("a", "g"):
+        current = {json.dumps(json.loads(r["row"]), sort_keys=True)
+                   for r in spark.sql(current_state_sql("renames", "shop", table)).collect()}
+        assert current == _source(own, "shop", table), table
+    for gone in ("_a_gho", "_a_del"):
+        assert not spark.sql(current_state_sql("renames", "shop", gone)).collect(), gone
+    assert_target_equals_source(own, postgres, "postgresql", "shop", ["a", "g"])

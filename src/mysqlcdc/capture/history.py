@@ -265,28 +265,30 @@ class SchemaKeeper:
             if self.include(c.db, c.table):
                 log.info("schema history: %s %s.%s at %s", c.kind, c.db, c.table, at)
         renamed_in = [ch for ch in changes if ch.kind == "rename" and ch.old is not None
-                      and self.include(ch.db, ch.table) and not self.include(*ch.old)]
+                      and self.include(ch.db, ch.table)]
         rekeyed = [c for c in records if rekeys(c) and self.include(c.db, c.table)]
         if renamed_in or rekeyed:
             self._read_again(renamed_in, rekeyed, at)
 
     def _read_again(self, renamed_in: list, rekeyed: list[Change], at: BinlogPosition) -> None:
-        """Tables the DDL at ``at`` leaves with rows no sink has under their keys, read
-        again as one backfill, taken once the batch of the DDL is committed: tables
-        renamed from a name not captured to a captured one (the cut-over of an online
-        schema change: gh-ost's ``_t_gho``, pt-online-schema-change's ``_t_new``, becoming
-        ``t``), whose rows were never captured; and tables whose key the DDL changed
-        (``rekeys``: the decoder outputs a ``t`` there, DESIGN.md decision 33)."""
+        """Tables the DDL at ``at`` leaves with rows no sink has under their names and
+        keys, read again as one backfill, taken once the batch of the DDL is committed:
+        tables renamed to a captured name (the cut-over of an online schema change:
+        gh-ost's ``_t_gho``, pt-online-schema-change's ``_t_new``, becoming ``t``), whose
+        rows were never captured under it (DESIGN.md decision 33); and tables whose key
+        the DDL changed (``rekeys``: the decoder outputs a ``t`` there)."""
         from mysqlcdc.capture.signals import request_snapshot, signal_folder
 
         names = [f"{ch.db}.{ch.table}" for ch in renamed_in]
         names += [n for n in (f"{c.db}.{c.table}" for c in rekeyed) if n not in names]
-        said = "; ".join(
-            [f"renamed from tables not captured (an online schema change's cut-over?): "
-             + ", ".join(f"{ch.db}.{ch.table} (from {ch.old[0]}.{ch.old[1]})"
-                         for ch in renamed_in)] * bool(renamed_in)
-            + [f"key changed (rows now have other key texts): "
-               + ", ".join(f"{c.db}.{c.table}" for c in rekeyed)] * bool(rekeyed))
+        why = []
+        if renamed_in:
+            why.append("renamed (an online schema change's cut-over?): " + ", ".join(
+                f"{ch.db}.{ch.table} (from {ch.old[0]}.{ch.old[1]})" for ch in renamed_in))
+        if rekeyed:
+            why.append("key changed (its rows have other key texts now): "
+                       + ", ".join(f"{c.db}.{c.table}" for c in rekeyed))
+        said = "; ".join(why)
         if self.history.path is None:
             log.warning("at %s %s; their rows are not read again (there is no schema history "
                         "folder to queue a backfill in: run `mysqlcdc snapshot` for them)",

@@ -337,18 +337,26 @@ def current_state_sql(view: str, db: str, table: str) -> str:
 
     The latest change per primary key wins (``seq`` orders changes exactly);
     keys whose latest change is a delete are gone, and so is every change before the
-    table's latest TRUNCATE (``op = 't'``); schema changes (``op = 's'``) are not rows. ``after`` holds the row as
-    JSON; ``from_json`` or ``get_json_object`` turns it into columns.
+    table's latest TRUNCATE (``op = 't'``, also after a DDL that changed its key) or the
+    latest DDL that created, dropped or renamed a table of that name (an ``s`` without
+    ``before`` or ``after``, or whose ``before`` is another table: its rows then come
+    again as the backfill the pipeline queued there); schema changes are not rows.
+    ``after`` holds the row as JSON; ``from_json`` or ``get_json_object`` turns it into
+    columns.
     """
+    where = f"db = '{_quote(db)}' AND `table` = '{_quote(table)}'"
     return f"""
 SELECT key, after AS row, seq AS last_seq
 FROM (
   SELECT key, op, after, seq,
          ROW_NUMBER() OVER (PARTITION BY key ORDER BY seq DESC) AS rn
   FROM {view}
-  WHERE db = '{_quote(db)}' AND `table` = '{_quote(table)}' AND op IN ('c', 'u', 'd', 'r')
+  WHERE {where} AND op IN ('c', 'u', 'd', 'r')
     AND seq > (SELECT coalesce(max(seq), -1) FROM {view}
-               WHERE db = '{_quote(db)}' AND `table` = '{_quote(table)}' AND op = 't')
+               WHERE {where} AND (op = 't' OR (op = 's' AND (
+                 `before` IS NULL OR `after` IS NULL
+                 OR get_json_object(`before`, '$.db') <> db
+                 OR get_json_object(`before`, '$.table') <> `table`))))
 )
 WHERE rn = 1 AND op <> 'd'
 """.strip()
