@@ -42,6 +42,18 @@ sinks:
     return path
 
 
+def _current_equals_source(spark, own, tmp_path: Path, view: str, tables) -> str:
+    """Each of ``tables``' current state in the changelog is the server's table; returns
+    the changelog's path (registered as ``view``)."""
+    changelog = str(tmp_path / "changelog")
+    read_changelog(spark, changelog).createOrReplaceTempView(view)
+    for table in tables:
+        current = {json.dumps(json.loads(r["row"]), sort_keys=True)
+                   for r in spark.sql(current_state_sql(view, "shop", table)).collect()}
+        assert current == _source(own, "shop", table), table
+    return changelog
+
+
 def test_a_key_change_reads_the_table_again(spark, own, postgres, tmp_path, monkeypatch):
     monkeypatch.setenv("REKEY_PG_PASSWORD", postgres.password)
     own.sql("CREATE TABLE shop.nokey (a INT, b INT)",
@@ -59,12 +71,7 @@ def test_a_key_change_reads_the_table_again(spark, own, postgres, tmp_path, monk
             "ALTER TABLE shop.plain ADD COLUMN w INT",          # the key stays: no re-read
             "UPDATE shop.plain SET w = 1 WHERE id = 1")
     _in_process(spark, config)
-    changelog = str(tmp_path / "changelog")
-    read_changelog(spark, changelog).createOrReplaceTempView("rekey")
-    for table in ("nokey", "keyed"):
-        current = {json.dumps(json.loads(r["row"]), sort_keys=True)
-                   for r in spark.sql(current_state_sql("rekey", "shop", table)).collect()}
-        assert current == _source(own, "shop", table), table
+    changelog = _current_equals_source(spark, own, tmp_path, "rekey", ("nokey", "keyed"))
     plain = {r["key"] for r in spark.sql(current_state_sql("rekey", "shop", "plain")).collect()}
     assert len(plain) == 10           # (its images from before the ADD COLUMN lack w)
     rows = [r.asDict() for r in read_changelog(spark, changelog).collect()]
@@ -103,12 +110,7 @@ def test_renamed_dropped_and_created_again_tables_have_their_rows_once(
             "DROP TABLE shop.g", "CREATE TABLE shop.g (id INT PRIMARY KEY, v INT)",
             "INSERT INTO shop.g VALUES (1000, 1)")
     _in_process(spark, config)
-    changelog = str(tmp_path / "changelog")
-    read_changelog(spark, changelog).createOrReplaceTempView("renames")
-    for table in ("a", "g"):
-        current = {json.dumps(json.loads(r["row"]), sort_keys=True)
-                   for r in spark.sql(current_state_sql("renames", "shop", table)).collect()}
-        assert current == _source(own, "shop", table), table
+    _current_equals_source(spark, own, tmp_path, "renames", ("a", "g"))
     for gone in ("_a_gho", "_a_del"):
         assert not spark.sql(current_state_sql("renames", "shop", gone)).collect(), gone
     assert_target_equals_source(own, postgres, "postgresql", "shop", ["a", "g"])
