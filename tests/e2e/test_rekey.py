@@ -19,7 +19,7 @@ from tests.support.mirror import assert_target_equals_source
 pytestmark = pytest.mark.e2e
 
 
-def _config(tmp_path: Path, server, pg) -> Path:
+def _config(tmp_path: Path, server, pg, redis=None) -> Path:
     path = tmp_path / "pipeline.yaml"
     path.write_text(f"""
 name: rekey
@@ -38,7 +38,9 @@ sinks:
   - changelog: {{path: {tmp_path}/changelog}}
   - mirror: {{target: postgresql, host: {pg.host}, port: {pg.port}, user: {pg.user},
               password_env: REKEY_PG_PASSWORD, database: postgres}}
-""")
+""" + ("" if redis is None else f"""  - mirror: {{target: redis, host: {redis.host}, port: {redis.port},
+              password_env: REKEY_REDIS_PASSWORD}}
+"""))
     return path
 
 
@@ -54,15 +56,17 @@ def _current_equals_source(spark, own, tmp_path: Path, view: str, tables) -> str
     return changelog
 
 
-def test_a_key_change_reads_the_table_again(spark, own, postgres, tmp_path, monkeypatch):
+def test_a_key_change_reads_the_table_again(spark, own, postgres, redis_server, tmp_path,
+                                            monkeypatch):
     monkeypatch.setenv("REKEY_PG_PASSWORD", postgres.password)
+    monkeypatch.setenv("REKEY_REDIS_PASSWORD", redis_server.password)
     own.sql("CREATE TABLE shop.nokey (a INT, b INT)",
             "INSERT INTO shop.nokey SELECT seq, seq FROM shop.seq_1_to_120",
             "CREATE TABLE shop.keyed (id INT PRIMARY KEY, v INT NOT NULL)",
             "INSERT INTO shop.keyed SELECT seq, seq FROM shop.seq_1_to_120",
             "CREATE TABLE shop.plain (id INT PRIMARY KEY, v INT)",
             "INSERT INTO shop.plain SELECT seq, seq FROM shop.seq_1_to_10")
-    config = _config(tmp_path, own, postgres)
+    config = _config(tmp_path, own, postgres, redis_server)
     _in_process(spark, config)
     own.sql("ALTER TABLE shop.nokey ADD COLUMN c INT",         # every column is the key
             "DELETE FROM shop.nokey WHERE a <= 10", "UPDATE shop.nokey SET b = -b WHERE a > 100",
@@ -84,6 +88,9 @@ def test_a_key_change_reads_the_table_again(spark, own, postgres, tmp_path, monk
     assert not [r for r in rows if r["op"] == "r" and r["table"] == "plain"
                 and json.loads(r["after"]).get("w") is not None]
     assert_target_equals_source(own, postgres, "postgresql", "shop", ["keyed", "plain"])
+    # Redis names each row's hash by its key: every one of the table's names changed
+    names = {k.decode() for k in redis_server.client().scan_iter("shop:keyed:*")}
+    assert names == {f"shop:keyed:{i}:{v}" for i, v in own.sql("SELECT id, v FROM shop.keyed")}
 
 
 def test_renamed_dropped_and_created_again_tables_have_their_rows_once(

@@ -186,7 +186,12 @@ class RedisTarget:
 
     def alter_table(self, before: TableDef, after: TableDef, changes: list[ColumnChange]) -> None:
         if before.primary_key != after.primary_key:
-            raise TableRefused("a new primary key changes every key name; re-snapshot the table")
+            if not after.primary_key:
+                raise TableRefused("the table has no primary key any more; keys need one")
+            # every key name changes: the table's keys go, and the backfill the pipeline
+            # queued at this DDL (a key change, DESIGN.md decision 33) writes them again
+            self.truncate(after.db, after.name)
+            return
         pattern = _glob(self._prefix(after.db, after.name)) + "*"
         for ch in changes:
             if ch.kind == "drop":
