@@ -283,7 +283,7 @@ class SchemaKeeper:
         names += [n for n in (f"{c.db}.{c.table}" for c in rekeyed) if n not in names]
         why = []
         if renamed_in:
-            why.append("renamed (an online schema change's cut-over?): " + ", ".join(
+            why.append("renamed to a captured name: " + ", ".join(
                 f"{ch.db}.{ch.table} (from {ch.old[0]}.{ch.old[1]})" for ch in renamed_in))
         if rekeyed:
             why.append("key changed (its rows have other key texts now): "
