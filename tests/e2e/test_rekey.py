@@ -96,14 +96,16 @@ def test_a_key_change_reads_the_table_again(spark, own, postgres, redis_server, 
 def test_renamed_dropped_and_created_again_tables_have_their_rows_once(
         spark, own, postgres, tmp_path, monkeypatch):
     """An online schema change whose helper tables are captured too (``shop.*``: the
-    ghost table's copied rows are changes of ``_a_gho``), and a table dropped and created
-    again: the changelog's current state of every name equals the server's table, and a
-    table renamed away or dropped has none."""
+    ghost table's copied rows are changes of ``_a_gho``), a table dropped and created
+    again, one created again by CREATE OR REPLACE: the changelog's current state of every
+    name equals the server's table, and a table renamed away or dropped has none."""
     monkeypatch.setenv("REKEY_PG_PASSWORD", postgres.password)
     own.sql("CREATE TABLE shop.a (id INT PRIMARY KEY, v INT)",
             "INSERT INTO shop.a SELECT seq, seq FROM shop.seq_1_to_100",
             "CREATE TABLE shop.g (id INT PRIMARY KEY, v INT)",
-            "INSERT INTO shop.g SELECT seq, seq FROM shop.seq_1_to_20")
+            "INSERT INTO shop.g SELECT seq, seq FROM shop.seq_1_to_20",
+            "CREATE TABLE shop.r (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.r SELECT seq, seq FROM shop.seq_1_to_20")
     config = _config(tmp_path, own, postgres)
     _in_process(spark, config)
     own.sql("CREATE TABLE shop._a_gho LIKE shop.a",
@@ -115,9 +117,11 @@ def test_renamed_dropped_and_created_again_tables_have_their_rows_once(
             "DROP TABLE shop._a_del",
             "INSERT INTO shop.a VALUES (1000, 1, 8)",
             "DROP TABLE shop.g", "CREATE TABLE shop.g (id INT PRIMARY KEY, v INT)",
-            "INSERT INTO shop.g VALUES (1000, 1)")
+            "INSERT INTO shop.g VALUES (1000, 1)",
+            "CREATE OR REPLACE TABLE shop.r (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.r VALUES (2000, 2)")
     _in_process(spark, config)
-    _current_equals_source(spark, own, tmp_path, "renames", ("a", "g"))
+    _current_equals_source(spark, own, tmp_path, "renames", ("a", "g", "r"))
     for gone in ("_a_gho", "_a_del"):
         assert not spark.sql(current_state_sql("renames", "shop", gone)).collect(), gone
-    assert_target_equals_source(own, postgres, "postgresql", "shop", ["a", "g"])
+    assert_target_equals_source(own, postgres, "postgresql", "shop", ["a", "g", "r"])

@@ -441,6 +441,11 @@ class ChangeDecoder:
                     OP_TRUNCATE, change.db, change.table, None, None,
                     f"{REKEY_NOTE} {change.ddl}", self.tracker.ctx, file, self._file_number,
                     pos, row=1)
+            elif change.kind == "create" and change.before is not None:
+                # CREATE OR REPLACE: the old table's rows are gone with it
+                self.builder.add_event(OP_TRUNCATE, change.db, change.table, None, None,
+                                       change.ddl, self.tracker.ctx, file, self._file_number,
+                                       pos, row=1)
 
     def _key_columns(self, ev: TableMapEvent) -> tuple[str, ...] | None:
         if ev.primary_key and ev.column_names:
