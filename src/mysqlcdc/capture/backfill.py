@@ -89,7 +89,8 @@ def _entry(entry) -> tuple[str, str | None, str]:
 def _own_request(entry) -> bool:
     """A backfill mysqlcdc queued itself (``SchemaKeeper._read_again``): a table renamed
     away or dropped again since (gh-ost's ``_t_del``) is passed over without an error."""
-    return isinstance(entry, dict) and str(entry.get("id", "")).startswith(("rename@", "rekey@"))
+    return isinstance(entry, dict) and str(entry.get("id", "")).startswith(
+        ("rename@", "rekey@", "tables@"))
 
 
 @dataclass(frozen=True)

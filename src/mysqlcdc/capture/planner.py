@@ -102,6 +102,7 @@ class RangePlanner:
         self._event_bytes_read = False                           # ... or a guess
         self._no_exact_cuts = False      # the server refused SHOW BINLOG EVENTS once
         self._walked: tuple | None = None                         # WALKED, once read
+        self._pending_filter: dict | None = None     # the table filter to record (widened_tables)
 
     # -- server facts -------------------------------------------------------
     def _sql(self):
@@ -151,6 +152,36 @@ class RangePlanner:
             os.replace(tmp, self._identity_file)
         except OSError as exc:
             log.debug("cannot record the source's identity in %s: %s", self._identity_file, exc)
+
+    def widened_tables(self) -> list[str]:
+        """Tables on the server this pipeline captures now that the table filter of its
+        last run did not (``source.tables`` widened between runs): their rows before now
+        were never read. The filter is recorded in ``source.json`` each run; nothing is
+        returned for a pipeline's first run (its snapshot, if any, reads every table) or a
+        record without one."""
+        record = self._load_record()
+        tables = self.options.tables
+        now = {"include": list(tables.include), "exclude": list(tables.exclude)}
+        was = record.get("tables")
+        if was == now:
+            return []
+        found: list[str] = []
+        if isinstance(was, dict):
+            old = TableFilter(tuple(was.get("include") or ()), tuple(was.get("exclude") or ()))
+            rows = query(self._sql(), "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema."
+                                      "TABLES WHERE TABLE_TYPE IN ('BASE TABLE', 'SYSTEM VERSIONED')")
+            found = sorted(f"{db}.{t}" for db, t in rows if tables.user(db, t) and not old.user(db, t))
+        self._pending_filter = now
+        return found
+
+    def record_tables(self) -> None:
+        """Record the table filter ``widened_tables`` compared (once its tables' backfill
+        is queued)."""
+        now = self._pending_filter
+        if now is not None:
+            self._load_record()["tables"] = now
+            self._save_record()
+            self._pending_filter = None
 
     def _check_identity(self, conn) -> None:
         """Stop with SOURCE_CHANGED if this connection reaches another server than the one

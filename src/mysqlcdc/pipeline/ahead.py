@@ -213,6 +213,7 @@ def _run(options: dict[str, str], ledger, helpers: _Helpers | None) -> str:
     parsed = SourceOptions.parse({**given, "serverId": str(server_id)})
     reader = MysqlcdcStreamReader(parsed)
     reader._runway_at = float("inf")       # the query keeps the runway record, not us
+    reader._tables_checked = True          # and looks for a widened table filter
     slices = 1 if helpers is None else len(helpers.procs) + 1
     start = options.get(START) or reader.initialOffset()
     limit = reader.getDefaultReadLimit()

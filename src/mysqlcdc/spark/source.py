@@ -179,6 +179,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._control = None if folder is None else StreamControl(folder)
         self._counts = None if folder is None else str(Path(folder) / "counts")
         self._runway_at = float("-inf")
+        # a widened table filter is looked for once per query (``_queue_widened``); the
+        # decode-ahead's reader leaves it to the query's
+        self._tables_checked = folder is None
         self._ledger = None
         if options.decode_ahead:
             from mysqlcdc.spark.ahead import Ledger
@@ -250,6 +253,9 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         held = self._through_outages(lambda p: self._snapshot.held(start))
         if held is not None:
             return held
+        if not self._tables_checked:
+            self._through_outages(lambda p: self._queue_widened(p, start))
+            self._tables_checked = True
         if self._ledger is not None:           # decoded ahead (spark.ahead): adopted
             end = self._ledger.adopt(start, self._target)
             if end is not None:
@@ -284,6 +290,22 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out = {**{k: v for k, v in here.items() if k != "snapshot"},
                    "snapshot": out["snapshot"]}
         return out
+
+    def _queue_widened(self, p: RangePlanner, start: dict) -> None:
+        """Tables the pipeline captures now that its last run's filter left out (the user
+        widened ``source.tables``): their rows so far were never read, so they are read
+        as one backfill, queued where this run starts (``RangePlanner.widened_tables``)."""
+        from mysqlcdc.capture.signals import request_snapshot, signal_folder
+
+        names = p.widened_tables()
+        if names:
+            at = _position(self._stands_for(p, start))
+            log.warning("source.tables now captures %s, which the last run did not: their "
+                        "rows are read as a backfill", ", ".join(names))
+            # keyed just before the start: a signal of a batch already committed
+            request_snapshot(signal_folder(self.options.schema_history),
+                             (at.file_number, at.pos - 1), f"tables@{at}", names)
+        p.record_tables()
 
     def _stands_for(self, p: RangePlanner, offset: dict) -> dict:
         """The plain offset ``offset`` stands for: a pending end resolved to where its read
