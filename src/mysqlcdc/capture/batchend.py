@@ -191,14 +191,18 @@ def _xa_of(parts: list[Found]) -> tuple[dict[str, list], dict[str, str]]:
     """The XA transactions open at the end of a batch read in slices: every slice
     inherited the batch's open ones, so a prepare is open unless some slice read its
     outcome (an xid may be used again once its transaction is over: the prepare's
-    position tells them apart)."""
+    position tells them apart; a rollback a slice did not look up, position "", ends
+    every prepare of its xid before that slice)."""
     done: dict[str, str] = {}
+    rolled_back: dict[str, BinlogPosition] = {}
     for f in parts:
         done.update(f.xa_done)
+        rolled_back.update((x, f.start) for x, at in f.xa_done.items() if at == "")
     resolved = set(done.items())
     open_: dict[str, list] = {}
     for f in parts:
-        open_.update((x, v) for x, v in f.xa.items() if (x, v[0]) not in resolved)
+        open_.update((x, v) for x, v in f.xa.items() if (x, v[0]) not in resolved and not (
+            x in rolled_back and BinlogPosition.parse(v[0]) < rolled_back[x]))
     return open_, done
 
 

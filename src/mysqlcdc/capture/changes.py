@@ -328,6 +328,9 @@ class ChangeDecoder:
         if verb == "START":
             self._xa_begin(file, pos)
         elif verb in ("COMMIT", "ROLLBACK"):
+            if verb == "ROLLBACK" and xid not in self.xa_held and xid not in self.xa_open:
+                self.xa_done[xid] = ""    # prepared before this read: nothing to look up
+                return
             found = self._xa_find(xid, file, pos, verb == "COMMIT")
             if found is None:
                 return
