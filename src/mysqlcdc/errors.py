@@ -73,6 +73,7 @@ __all__ = [
     "UnsupportedEventError",
     "StatementChangeError",
     "XaPrepareNotFoundError",
+    "BinlogFilteredError",
     "SchemaError",
     "UnsupportedDdlError",
     "PreflightError",
@@ -264,6 +265,15 @@ class BinlogDisabledError(PreflightError):
 class BinlogFormatError(PreflightError):
     code = "BINLOG_FORMAT_NOT_ROW"
     hint = "Set binlog_format=ROW (SET GLOBAL binlog_format='ROW' and in the server config)."
+
+
+class BinlogFilteredError(PreflightError):
+    """The server's binlog filters (``binlog_do_db``, ``binlog_ignore_db``) leave out the
+    changes of a database the pipeline captures."""
+
+    code = "BINLOG_FILTERED"
+    hint = ("Leave those databases out (source.tables.exclude: ['db.*']), or remove them from "
+            "the server's binlog-ignore-db (add them to binlog-do-db) and restart it.")
 
 
 class MissingPrivilegeError(PreflightError):

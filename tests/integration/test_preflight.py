@@ -244,8 +244,10 @@ def test_warnings_reach_the_run_and_a_pattern_matching_no_table_is_one(own, tmp_
 
 
 def test_every_preflight_error_says_what_to_do():
+    from mysqlcdc.errors import BinlogFilteredError
+
     for cls in (BinlogDisabledError, BinlogFormatError, MissingPrivilegeError, BinlogPurgedError,
-                ServerIdInUseError, AuthenticationError):
+                ServerIdInUseError, AuthenticationError, BinlogFilteredError):
         assert issubclass(cls, PreflightError) and cls.hint
 
 
@@ -273,3 +275,29 @@ def test_a_table_a_cascading_foreign_key_changes_is_a_warning(own):
     assert not [w for w in preflight(settings_for(own), server_id=901, start=None,
                                      include=("fk.parent", "fk.plain")).warnings
                 if "foreign key" in w]
+
+
+def test_a_captured_database_the_server_does_not_log_is_named(tmp_path):
+    """``binlog-ignore-db`` (or a ``binlog-do-db`` list without it) keeps a database's
+    changes out of the binlog (shown here: its INSERT is not there): a pipeline that
+    captures its tables stops at preflight with BINLOG_FILTERED naming it; one that
+    leaves it out runs."""
+    from mysqlcdc.errors import BinlogFilteredError
+
+    server = MariaDB(basedir=tmp_path / "server", options={"binlog-ignore-db": "quiet"}).start()
+    try:
+        server.sql("CREATE DATABASE quiet", "CREATE DATABASE loud",
+                   "CREATE TABLE quiet.t (id INT PRIMARY KEY)", "CREATE TABLE loud.t (id INT PRIMARY KEY)")
+        server.sql("INSERT INTO quiet.t VALUES (1)", db="quiet")
+        server.sql("INSERT INTO loud.t VALUES (1)", db="loud")
+        logged = [str(r[5]) for r in server.sql("SHOW BINLOG EVENTS")]
+        assert any("loud.t" in i for i in logged) and not any("quiet.t VALUES" in i for i in logged)
+        with pytest.raises(BinlogFilteredError) as info:
+            preflight(settings_for(server), server_id=901, start=None, include=("*.*",))
+        assert info.value.code == "BINLOG_FILTERED" and "quiet" in str(info.value) \
+            and "binlog_ignore_db=quiet" in str(info.value) and "loud" not in info.value.message
+        preflight(settings_for(server), server_id=901, start=None, include=("*.*",),
+                  exclude=("quiet.*",))
+        preflight(settings_for(server), server_id=901, start=None, include=("loud.*",))
+    finally:
+        server.stop()

@@ -21,6 +21,7 @@ import pymysql
 from mysqlcdc.errors import (
     SourceChangedError,
     BinlogDisabledError,
+    BinlogFilteredError,
     BinlogFormatError,
     BinlogPurgedError,
     MissingPrivilegeError,
@@ -96,8 +97,8 @@ def list_binlogs(conn: pymysql.Connection) -> list[tuple[str, int]]:
     return show_binary_logs(conn)
 
 
-def current_position(conn: pymysql.Connection) -> BinlogPosition:
-    """The end of the binlog now: always a transaction boundary."""
+def _binlog_status(conn: pymysql.Connection) -> tuple:
+    """The server's binlog status row: file, position, Binlog_Do_DB, Binlog_Ignore_DB."""
     for statement in ("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS", "SHOW BINLOG STATUS"):
         try:
             rows = query(conn, statement)
@@ -107,9 +108,45 @@ def current_position(conn: pymysql.Connection) -> BinlogPosition:
             raise
         if not rows:
             raise BinlogDisabledError("the server reports no binlog position: the binary log is off")
-        return BinlogPosition.of(str(rows[0][0]), int(rows[0][1]))
+        return tuple(rows[0])
     raise ProtocolError("the server knows none of SHOW MASTER STATUS, SHOW BINARY LOG STATUS, "
                         "SHOW BINLOG STATUS", hint="Report the server version to mysqlcdc.")
+
+
+def current_position(conn: pymysql.Connection) -> BinlogPosition:
+    """The end of the binlog now: always a transaction boundary."""
+    row = _binlog_status(conn)
+    return BinlogPosition.of(str(row[0]), int(row[1]))
+
+
+def _check_binlog_filters(conn: pymysql.Connection, address: str, include: tuple[str, ...],
+                          exclude: tuple[str, ...]) -> None:
+    """Raise BINLOG_FILTERED when the server's ``binlog_do_db`` / ``binlog_ignore_db``
+    keep the changes of a database whose tables the pipeline captures out of the binlog:
+    it would read their snapshot and then never a change."""
+    from mysqlcdc.capture.filters import TableFilter
+
+    if not include:
+        return
+    row = _binlog_status(conn)
+    if len(row) < 4:
+        return
+    do = {d.strip() for d in str(row[2] or "").split(",") if d.strip()}
+    ignore = {d.strip() for d in str(row[3] or "").split(",") if d.strip()}
+    if not do and not ignore:
+        return
+    captured = TableFilter(tuple(include), tuple(exclude))
+    dbs = sorted({str(db) for db, t in query(
+        conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+              "WHERE TABLE_TYPE <> 'VIEW'") if captured.user(str(db), str(t))})
+    lost = [db for db in dbs if db in ignore or (do and db not in do)]
+    if lost:
+        setting = (f"binlog_do_db={','.join(sorted(do))}" if do else "") + \
+            (" and " if do and ignore else "") + \
+            (f"binlog_ignore_db={','.join(sorted(ignore))}" if ignore else "")
+        raise BinlogFilteredError(
+            f"{address} keeps the changes of {', '.join(lost)} out of its binlog ({setting}), "
+            f"and the pipeline captures tables there: it would never see their changes")
 
 
 @dataclass(frozen=True)
@@ -368,6 +405,7 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
             raise BinlogFormatError(f"binlog_format is {info.binlog_format} on {settings.address}, "
                                     "and only ROW carries the changed rows")
         _check_privileges(conn, settings)
+        _check_binlog_filters(conn, settings.address, include, exclude)
         if start is not None:
             logs = list_binlogs(conn)
             if resuming and (why := check_position(logs, start)) is not None:
