@@ -74,6 +74,7 @@ __all__ = [
     "StatementChangeError",
     "XaPrepareNotFoundError",
     "BinlogFilteredError",
+    "ReplicaUpdatesNotLoggedError",
     "SchemaError",
     "UnsupportedDdlError",
     "PreflightError",
@@ -274,6 +275,15 @@ class BinlogFilteredError(PreflightError):
     code = "BINLOG_FILTERED"
     hint = ("Leave those databases out (source.tables.exclude: ['db.*']), or remove them from "
             "the server's binlog-ignore-db (add them to binlog-do-db) and restart it.")
+
+
+class ReplicaUpdatesNotLoggedError(PreflightError):
+    """The source is a replica that does not write the changes it replicates to its own
+    binlog."""
+
+    code = "REPLICA_UPDATES_NOT_LOGGED"
+    hint = ("Set log_slave_updates=ON (MySQL: log_replica_updates) in the replica's server "
+            "config and restart it, or capture from its source server.")
 
 
 class MissingPrivilegeError(PreflightError):

@@ -301,3 +301,44 @@ def test_a_captured_database_the_server_does_not_log_is_named(tmp_path):
         preflight(settings_for(server), server_id=901, start=None, include=("loud.*",))
     finally:
         server.stop()
+
+
+def test_a_replica_that_does_not_log_what_it_replicates_is_refused(tmp_path):
+    """A replica with log_slave_updates OFF (MariaDB's default) applies its source's
+    changes without writing them to its own binlog (shown: the replicated row is not
+    there): reading it stops at preflight with REPLICA_UPDATES_NOT_LOGGED; with its
+    replication stopped it is a warning."""
+    from mysqlcdc.errors import ReplicaUpdatesNotLoggedError
+
+    primary = MariaDB(basedir=tmp_path / "primary").start()
+    replica = MariaDB(basedir=tmp_path / "replica", options={"server-id": "7"}).start()
+    try:
+        primary.sql("CREATE DATABASE shop", "CREATE TABLE shop.t (id INT PRIMARY KEY)")
+        replica.sql(f"CHANGE MASTER TO MASTER_HOST='{primary.host}', MASTER_PORT={primary.port}, "
+                    "MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos",
+                    "START SLAVE")
+        primary.sql("INSERT INTO shop.t VALUES (1)")
+        deadline = time.monotonic() + 30
+        while not replica.sql("SHOW DATABASES LIKE 'shop'") or \
+                not replica.sql("SELECT 1 FROM shop.t WHERE id = 1"):
+            assert time.monotonic() < deadline, replica.sql("SHOW SLAVE STATUS")
+            time.sleep(0.2)
+        logged = [str(r[5]) for r in replica.sql("SHOW BINLOG EVENTS")]
+        assert not any("shop.t" in i for i in logged)
+        with pytest.raises(ReplicaUpdatesNotLoggedError) as info:
+            preflight(settings_for(replica), server_id=901, start=None, include=("shop.*",))
+        assert info.value.code == "REPLICA_UPDATES_NOT_LOGGED" and primary.host in str(info.value)
+        # an account that may not list the replica's channels is refused too
+        limited = create_user(replica, "cdclimited",
+                              "GRANT REPLICATION SLAVE, REPLICATION CLIENT, SELECT ON *.* TO {user}")
+        with pytest.raises(ReplicaUpdatesNotLoggedError):
+            preflight(limited, server_id=901, start=None, include=("shop.*",))
+        replica.sql("STOP SLAVE")
+        warned = preflight(settings_for(replica), server_id=901, start=None,
+                           include=("shop.*",)).warnings
+        assert [w for w in warned if "not running" in w and "log_slave_updates" in w]
+        assert not [w for w in preflight(settings_for(primary), server_id=901, start=None,
+                                         include=("shop.*",)).warnings if "replica" in w]
+    finally:
+        replica.stop()
+        primary.stop()

@@ -23,6 +23,7 @@ from mysqlcdc.errors import (
     BinlogDisabledError,
     BinlogFilteredError,
     BinlogFormatError,
+    ReplicaUpdatesNotLoggedError,
     BinlogPurgedError,
     MissingPrivilegeError,
     ProtocolError,
@@ -117,6 +118,54 @@ def current_position(conn: pymysql.Connection) -> BinlogPosition:
     """The end of the binlog now: always a transaction boundary."""
     row = _binlog_status(conn)
     return BinlogPosition.of(str(row[0]), int(row[1]))
+
+
+def _replication_channels(conn: pymysql.Connection) -> list[dict] | None:
+    """This server's replication channels as the server lists them (a replica: one or
+    more); None when it will not say (an account without the privilege to look)."""
+    for statement in ("SHOW ALL SLAVES STATUS", "SHOW REPLICA STATUS", "SHOW SLAVE STATUS"):
+        try:
+            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+                cur.execute(statement)
+                return [{str(k).lower(): v for k, v in row.items()} for row in cur.fetchall()]
+        except pymysql.err.ProgrammingError as exc:
+            if exc.args and exc.args[0] == _SYNTAX:
+                continue
+            return None
+        except pymysql.err.MySQLError:
+            return None
+    return None
+
+
+def _check_replica_logging(conn: pymysql.Connection, address: str) -> tuple[str, ...]:
+    """Raise REPLICA_UPDATES_NOT_LOGGED on a replica that applies its source's changes
+    without writing them to its own binlog (``log_slave_updates`` off): a pipeline reading
+    it would see only what is written on it directly. A replication channel configured
+    but not running is a warning (it will be so once started)."""
+    rows = query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+                       "('log_slave_updates', 'log_replica_updates')")
+    if any(str(value).upper() in ("ON", "1") for _, value in rows):
+        return ()
+    # status counters anyone may read (MariaDB); the channels' listing needs a privilege
+    # a capture account may lack (REPLICA MONITOR), and names the sources
+    status = query(conn, "SHOW GLOBAL STATUS WHERE Variable_name IN "
+                         "('Slaves_running', 'Slave_running')")
+    counted = any(str(v).upper() == "ON" or (str(v).isdigit() and int(v) > 0)
+                  for _, v in status)
+    channels = _replication_channels(conn) or []
+    running = [c for c in channels
+               if str(c.get("slave_sql_running") or c.get("replica_sql_running") or "") == "Yes"]
+    names = ", ".join(str(c.get("master_host") or c.get("source_host") or "?") for c in
+                      (running or channels)) or "its source"
+    if running or counted:
+        raise ReplicaUpdatesNotLoggedError(
+            f"{address} is a replica of {names} with log_slave_updates OFF: the changes it "
+            f"replicates are not written to its binlog, so a pipeline reading it would miss them")
+    if not channels:
+        return ()
+    return (f"{address} has a replication channel from {names} configured but not running, "
+            f"and log_slave_updates is OFF: once it runs, the changes it replicates will not "
+            f"be in this server's binlog",)
 
 
 def _check_binlog_filters(conn: pymysql.Connection, address: str, include: tuple[str, ...],
@@ -406,6 +455,7 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
                                     "and only ROW carries the changed rows")
         _check_privileges(conn, settings)
         _check_binlog_filters(conn, settings.address, include, exclude)
+        replica = _check_replica_logging(conn, settings.address)
         if start is not None:
             logs = list_binlogs(conn)
             if resuming and (why := check_position(logs, start)) is not None:
@@ -414,7 +464,8 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
                     f"position: {why} (RESET MASTER, a restored backup or another server on "
                     f"this address)")
             _check_start(logs, start)
-        more = _check_server_id(conn, info, server_id) + _capture_warnings(conn, include, exclude)
+        more = (_check_server_id(conn, info, server_id) + replica
+                + _capture_warnings(conn, include, exclude))
         return dataclasses.replace(info, warnings=info.warnings + more)
     finally:
         conn.close()
