@@ -16,8 +16,9 @@ tasks inherit them (``RangeTask.xa_open``) and, meeting the commit, read the pre
 group again from its recorded position (:func:`read_prepared`). A slice task that meets
 the commit of a transaction prepared in an earlier slice of its batch searches from the
 batch's start. What no record names (prepared before the pipeline began reading, or in a
-range read without records) is looked for in the server's binlog index, newest file
-first (:func:`find_prepare`).
+range read without records) is looked for in the server's own listing of its binlog,
+newest file first (:func:`find_prepare`). A rollback of a transaction prepared before
+the read needs nothing looked up: its rows are dropped anyway.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ __all__ = ["Fetch", "as_committed", "find_prepare", "missing_error", "not_found"
 
 # (xid, where to read from, where to stop) -> (the prepare's position, its rows or None
 # when it changed no captured table), or None when no prepare of ``xid`` is there
-Fetch = Callable[[str, BinlogPosition, BinlogPosition], "tuple[BinlogPosition, pa.RecordBatch | None] | None"]
+Fetch = Callable[[str, BinlogPosition, BinlogPosition],
+                 "tuple[BinlogPosition, pa.RecordBatch | None] | None"]
 
 
 def xid_of(text: str) -> str:
