@@ -24,6 +24,17 @@ def _planner(source_options, tmp_path, name: str, start, db: str, **extra) -> Ra
         **extra)))
 
 
+def _read_all(source_options, tmp_path, start, db: str) -> tuple[list, list[dict]]:
+    """Every batch from ``start`` to the server's position now, read by a new planner:
+    their ends and rows."""
+    planner = _planner(source_options, tmp_path, "p", start, db)
+    try:
+        ends, rows, _ = _drive(planner, start, None)
+    finally:
+        planner.close()
+    return ends, rows
+
+
 def _final(rows: list[dict]) -> dict[str, str]:
     """The table as a sink that applies the changes in order by key has it."""
     state: dict[str, str] = {}
@@ -134,11 +145,7 @@ def test_a_commit_batches_later_is_found_after_a_restart_and_without_records(
     e = xa("e")
     _prepare(mariadb, e, f"INSERT INTO `{db}`.t VALUES (1, 1)", f"INSERT INTO `{db}`.t VALUES (2, 2)")
     mariadb.sql(f"INSERT INTO `{db}`.t VALUES (3, 3)")
-    first = _planner(source_options, tmp_path, "p", start, db)
-    try:
-        ends, rows, _ = _drive(first, start, None)
-    finally:
-        first.close()
+    ends, rows = _read_all(source_options, tmp_path, start, db)
     assert [r["key"] for r in rows] == ['{"id":3}']
     last_end = ends[-1]
     mariadb.sql(f"INSERT INTO `{db}`.t VALUES (4, 4)")
@@ -188,11 +195,7 @@ def test_a_transaction_prepared_before_the_pipeline_began_is_found_in_the_binlog
     start = binlog_position(mariadb)
     mariadb.sql(f"INSERT INTO `{db}`.t VALUES (8, 8)")
     mariadb.sql(f"XA COMMIT {f}")
-    planner = _planner(source_options, tmp_path, "p", start, db)
-    try:
-        _, rows, _ = _drive(planner, start, None)
-    finally:
-        planner.close()
+    _, rows = _read_all(source_options, tmp_path, start, db)
     assert [(r["op"], r["key"]) for r in rows] == [("c", '{"id":8}'), ("c", '{"id":7}')]
 
 
