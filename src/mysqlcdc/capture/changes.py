@@ -94,6 +94,20 @@ class HistoryLookup:
         return included
 
 
+class EarliestHistoryLookup(HistoryLookup):
+    """A ``HistoryLookup`` that answers an event before the history's first record of a
+    table with that record's definition: an XA transaction prepared before the pipeline
+    began reading (``capture.xa.read_prepared``), whose tables no DDL can have changed
+    since (it holds their metadata locks)."""
+
+    def __call__(self, db: str, table: str) -> TableDef | None:
+        found = self.view.definition_at((db, table), self.at)
+        if found is None:
+            versions = self.view.versions.get((db, table))
+            found = versions[0].definition if versions else None
+        return found
+
+
 class ChangeDecoder:
     """Decodes raw events into envelope rows and remembers the last boundary.
 

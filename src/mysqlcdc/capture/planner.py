@@ -95,8 +95,6 @@ class RangePlanner:
         # the driver and the executors write, the schema history's
         self.task_ends = folder is not None and getattr(options, "planning", "tasks") == "tasks"
         self._found: dict[str, batchend.Found] = {}           # pending offset -> its end
-        # a batch's end -> the XA transactions open there (the next batch inherits them)
-        self._xa_after: dict[BinlogPosition, dict[str, list]] = {}
         self._known: dict[BinlogPosition, BinlogPosition] = {}  # batch start -> DDL known up to
         self._event_bytes = 200.0                                # bytes per event, as last read
         self._event_bytes_read = False                           # ... or a guess
@@ -399,11 +397,8 @@ class RangePlanner:
             found = self._read_here(start, offset)
         self._merge(found)
         self._found[key] = found
-        self._xa_after[found.end] = found.xa
         while len(self._found) > 16:           # Spark asks about the last batch or two
             del self._found[next(iter(self._found))]
-        while len(self._xa_after) > 16:
-            del self._xa_after[next(iter(self._xa_after))]
         return found
 
     def _xa_open_at(self, start: dict) -> dict[str, list]:
@@ -571,8 +566,9 @@ class RangePlanner:
         whole = {**offset, "upto": {k: v for k, v in offset["upto"].items()
                                     if k not in ("cuts", "counts")}}
         [rule] = batchend.task_rules(whole, None, self._births())
-        task = replace(self._task(0, start, rule.cap, view), rule=rule,
-                       xa_open=dict(self._xa_after.get(start, {})))
+        # the XA transactions open at its start: what the batch before it found
+        xa_open = next((dict(f.xa) for f in self._found.values() if f.end == start), {})
+        task = replace(self._task(0, start, rule.cap, view), rule=rule, xa_open=xa_open)
         found: list = []
         for _ in read_range(task, found):
             pass

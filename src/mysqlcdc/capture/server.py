@@ -168,8 +168,14 @@ def _check_replica_logging(conn: pymysql.Connection, address: str) -> tuple[str,
             f"be in this server's binlog",)
 
 
-def _check_binlog_filters(conn: pymysql.Connection, address: str, include: tuple[str, ...],
-                          exclude: tuple[str, ...]) -> None:
+def _list_tables(conn: pymysql.Connection) -> list[tuple]:
+    """(db, table, TABLE_TYPE) of every table on the server but views."""
+    return query(conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM "
+                       "information_schema.TABLES WHERE TABLE_TYPE <> 'VIEW'")
+
+
+def _check_binlog_filters(conn: pymysql.Connection, address: str, listed: list[tuple],
+                          include: tuple[str, ...], exclude: tuple[str, ...]) -> None:
     """Raise BINLOG_FILTERED when the server's ``binlog_do_db`` / ``binlog_ignore_db``
     keep the changes of a database whose tables the pipeline captures out of the binlog:
     it would read their snapshot and then never a change."""
@@ -185,9 +191,7 @@ def _check_binlog_filters(conn: pymysql.Connection, address: str, include: tuple
     if not do and not ignore:
         return
     captured = TableFilter(tuple(include), tuple(exclude))
-    dbs = sorted({str(db) for db, t in query(
-        conn, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
-              "WHERE TABLE_TYPE <> 'VIEW'") if captured.user(str(db), str(t))})
+    dbs = sorted({str(db) for db, t, _ in listed if captured.user(str(db), str(t))})
     lost = [db for db in dbs if db in ignore or (do and db not in do)]
     if lost:
         setting = (f"binlog_do_db={','.join(sorted(do))}" if do else "") + \
@@ -362,8 +366,8 @@ def _replica_ids(conn: pymysql.Connection) -> set[int] | None:
     return None
 
 
-def _capture_warnings(conn: pymysql.Connection, include: tuple[str, ...],
-               exclude: tuple[str, ...]) -> tuple[str, ...]:
+def _capture_warnings(conn: pymysql.Connection, listed: list[tuple], include: tuple[str, ...],
+                      exclude: tuple[str, ...]) -> tuple[str, ...]:
     """A warning for each include pattern that matches no table on the server now, with
     the closest names it has, and for each MariaDB sequence the patterns capture."""
     import difflib
@@ -372,8 +376,6 @@ def _capture_warnings(conn: pymysql.Connection, include: tuple[str, ...],
 
     if not include:
         return ()
-    listed = query(conn, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE FROM "
-                         "information_schema.TABLES WHERE TABLE_TYPE <> 'VIEW'")
     tables = [f"{db}.{t}" for db, t, _ in listed]
     captured = TableFilter(tuple(include), tuple(exclude))
     out = [f"{db}.{t} is a SEQUENCE that source.tables.include matches: each refill of its "
@@ -454,7 +456,8 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
             raise BinlogFormatError(f"binlog_format is {info.binlog_format} on {settings.address}, "
                                     "and only ROW carries the changed rows")
         _check_privileges(conn, settings)
-        _check_binlog_filters(conn, settings.address, include, exclude)
+        listed = _list_tables(conn) if include else []
+        _check_binlog_filters(conn, settings.address, listed, include, exclude)
         replica = _check_replica_logging(conn, settings.address)
         if start is not None:
             logs = list_binlogs(conn)
@@ -465,7 +468,7 @@ def preflight(settings: ConnectionSettings, *, server_id: int | range,
                     f"this address)")
             _check_start(logs, start)
         more = (_check_server_id(conn, info, server_id) + replica
-                + _capture_warnings(conn, include, exclude))
+                + _capture_warnings(conn, listed, include, exclude))
         return dataclasses.replace(info, warnings=info.warnings + more)
     finally:
         conn.close()

@@ -105,23 +105,15 @@ def read_prepared(task: "RangeTask", view: "SchemaView", xid: str, start: Binlog
     ``task`` captures). None when it is not there. The read uses server id 0, a bounded
     read that displaces no other reader (the task's own stream stays open)."""
     from mysqlcdc.binlog.parser import BinlogParser
-    from mysqlcdc.capture.changes import ChangeDecoder, HistoryLookup
+    from mysqlcdc.capture.changes import ChangeDecoder, EarliestHistoryLookup
     from mysqlcdc.protocol.stream import ReplicationStream
 
     if stop <= start:
         return None
 
-    class Lookup(HistoryLookup):
-        # a prepare before the history's first record of a table (the pipeline began
-        # reading while it was open) is read with that first definition: no DDL can
-        # change a table an open XA transaction changed (it holds its metadata lock)
-        def __call__(self, db: str, table: str):
-            found = self.view.definition_at((db, table), self.at)
-            if found is None:
-                versions = self.view.versions.get((db, table))
-                found = versions[0].definition if versions else None
-            return found
-    lookup = Lookup(view)
+    # a prepare before the history's first record of a table is read with that record's
+    # definition (``EarliestHistoryLookup``)
+    lookup = EarliestHistoryLookup(view)
     parser = BinlogParser(tables=lookup, include=task.tables, file=start.file)
     decoder = ChangeDecoder(parser, lookup, include=task.tables,
                             include_query=task.include_query)

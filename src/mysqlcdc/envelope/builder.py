@@ -124,11 +124,7 @@ class EnvelopeBuilder:
             self._ready_rows += batch.num_rows
 
     def take(self) -> pa.RecordBatch:
-        if self.holding:
-            own = pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA],
-                                             schema=ARROW_SCHEMA)
-        else:
-            own = self.take_own()
+        own = _empty_batch() if self.holding else self.take_own()
         if not self._ready:
             return own
         parts = self._ready + ([own] if own.num_rows else [])
@@ -296,8 +292,7 @@ class EnvelopeBuilder:
         total = len(self._key)
         events = self._events
         if not events:
-            return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA],
-                                              schema=ARROW_SCHEMA)
+            return _empty_batch()
         counts, op, db, table, ts, sid, gtid, txn, file, pos, query, first, seqs = zip(*events)
         ends = pa.array(list(accumulate(counts)), pa.int64())
 
@@ -329,6 +324,11 @@ class EnvelopeBuilder:
         batch = pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA],
                                            schema=ARROW_SCHEMA)
         return _split_key_changes(batch, old_key)
+
+
+def _empty_batch() -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in ARROW_SCHEMA],
+                                      schema=ARROW_SCHEMA)
 
 
 class _Group:
