@@ -137,3 +137,26 @@ def test_alter_replayed_after_its_commit_is_harmless(mariadb_target, my_settings
     assert res.stopped == []
     assert mariadb_target.sql(f"SELECT id, m, c FROM `{db}`.r ORDER BY id") == [
         (1, 1, None), (2, 2, "x")]
+
+
+def test_values_only_a_lax_source_holds_arrive_as_they_are(mariadb_target, my_settings, db):
+    """A source with a lax sql_mode holds values the mirror's strict session refuses: an
+    ENUM's empty error value (index 0) and, under ALLOW_INVALID_DATES, 2024-02-30. They
+    used to stop the table with MIRROR_TABLE_STOPPED ("Data truncated"); now they are
+    written as the source has them."""
+    cols = (ID,
+            ColumnDef("e", "enum", enum_values=("a", "b"), column_type="enum('a','b')",
+                      charset="utf8mb4"),
+            ColumnDef("d", "date", column_type="date"),
+            ColumnDef("dt", "datetime", fsp=0, column_type="datetime"))
+    t = tdef(db, "lax", *cols)
+    s = Stream(db)
+    batch = [s.ddl("lax", None, t),
+             s.ins("lax", {"id": 1, "e": "", "d": "2024-02-30", "dt": "2023-02-29 10:00:00"}),
+             s.ins("lax", {"id": 2, "e": "a", "d": "2024-02-28", "dt": None})]
+    result = apply(my_settings, batch, 0)
+    assert result.stopped == []
+    got = mariadb_target.sql(f"SELECT id, e + 0, e, CAST(d AS CHAR), CAST(dt AS CHAR) "
+                             f"FROM `{db}`.lax ORDER BY id")
+    assert got == [(1, 0, "", "2024-02-30", "2023-02-29 10:00:00"),
+                   (2, 1, "a", "2024-02-28", None)]

@@ -230,3 +230,54 @@ def test_a_new_checkpoint_is_not_a_replay(postgres, pg_settings, db, tmp_path):
     _DEFS[again.pipeline] = _DEFS[first.pipeline]
     assert not apply(again, [s.ins("k", {"id": 2, "v": 2})], 0).skipped
     assert postgres.sql(f'SELECT id FROM "{db}".k ORDER BY id') == [(1,), (2,)]
+
+
+def test_writers_creating_at_once_do_not_collide(postgres, pg_settings):
+    """A mirror and a changelog_table sink into one database start together: both create
+    the ledger and the source database's schema in the same instant. PostgreSQL's
+    ``IF NOT EXISTS`` does not guard against that on its own (one of them used to fail
+    with a unique violation in its catalog, an INTERNAL_ERROR on the pipeline's first run)."""
+    import threading
+    from dataclasses import replace
+
+    import psycopg
+
+    rounds, writers = 6, 4
+    for r in range(rounds):
+        database = f"race_{r}"
+        postgres.sql(f"DROP DATABASE IF EXISTS {database}")
+        postgres.sql(f"CREATE DATABASE {database}")
+        start, errors = threading.Barrier(writers), []
+
+        def write(i: int) -> None:
+            settings = replace(pg_settings, database=database, pipeline=f"race{i}")
+            s = Stream("shop")
+            d = tdef("shop", f"t{i}", ID)
+            rows = [s.ddl(f"t{i}", None, d), s.ins(f"t{i}", {"id": 1})]
+            try:
+                target = make_target(settings)
+                target.connect()
+                start.wait()
+                apply_batch(target, rows, batch_id=0,
+                            pipeline=settings.pipeline, definitions=Definitions(None))
+                target.close()
+            except Exception as exc:   # noqa: BLE001 - collected for the assertion
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], f"round {r}: {errors}"
+        conn = psycopg.connect(host=postgres.host, port=postgres.port, user=postgres.user,
+                               password=postgres.password, dbname=database)
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM public.mysqlcdc_offsets")
+            assert cur.fetchone()[0] == writers
+            cur.execute("SELECT tbl, message FROM public.mysqlcdc_mirror_stopped")
+            assert cur.fetchall() == []
+            for i in range(writers):
+                cur.execute(f"SELECT id FROM shop.t{i}")
+                assert cur.fetchall() == [(1,)]
+        conn.close()

@@ -5,7 +5,10 @@ Type mapping: the source's own ``COLUMN_TYPE`` (``int(10) unsigned``, ``decimal(
 ...) with the column's character set, so values round-trip exactly; GEOMETRY types
 become ``longblob`` holding the SRID-prefixed WKB. The session runs with
 ``time_zone = '+00:00'`` (TIMESTAMP values arrive in UTC) and a sql_mode that is strict
-but allows zero dates, which are written as the source shows them.
+but allows zero dates, which are written as the source shows them. Values only a lax
+source sql_mode lets in (an ENUM's empty error value, ``2024-02-30`` under
+ALLOW_INVALID_DATES) are refused by that mode; their statement is run again under a lax
+one, so they too arrive as the source holds them.
 
 DDL commits implicitly in MySQL/MariaDB, so a batch holding schema changes is committed
 in steps: before each DDL, everything before it is committed with a mark in
@@ -29,6 +32,11 @@ __all__ = ["MySQLTarget", "mysql_type"]
 
 _GONE = {2003, 2006, 2013, 2055, 1053, 1927, 4031}
 _AUTH = {1044, 1045, 1698}
+
+
+_STRICT = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO"
+_LAX = "NO_ENGINE_SUBSTITUTION,ALLOW_INVALID_DATES"
+_LAX_CODES = ("(1265,", "(1292,", "(1366,")      # truncated, wrong date, wrong value
 
 
 def q(name: str) -> str:
@@ -85,8 +93,7 @@ class MySQLTarget(SqlSavepoints):
                 raise TargetAuthError(f"user {self.s.user!r} at {self.s.host}:{self.s.port}") \
                     from None
             raise RetryableTargetError(_one_line(err)) from None
-        self._x("SET SESSION time_zone = '+00:00', sql_mode = "
-                "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO'")
+        self._x(f"SET SESSION time_zone = '+00:00', sql_mode = '{_STRICT}'")
 
     def close(self) -> None:
         if self.conn is not None:
@@ -254,7 +261,23 @@ class MySQLTarget(SqlSavepoints):
             stmt = (f"INSERT INTO {q(d.db)}.{q(d.name)} ({', '.join(q(n) for n in names)}) "
                     f"VALUES ({', '.join(['%s'] * len(names))}) ON DUPLICATE KEY UPDATE "
                     + ", ".join(f"{q(n)} = VALUES({q(n)})" for n in rest))
+            try:
+                self._x(stmt, values, many=True)
+            except TableRefused as err:
+                if not str(err).startswith(_LAX_CODES):
+                    raise
+                self._lax(stmt, values)
+
+    def _lax(self, stmt: str, values: list[tuple]) -> None:
+        """Write rows the strict session refused, as the source's own lax sql_mode kept
+        them: an ENUM's empty error value, an invalid date such as ``2024-02-30``. The
+        target's columns have the source's types, so nothing else can be cut here; the
+        failed statement was undone alone, the transaction goes on."""
+        self._x(f"SET SESSION sql_mode = '{_LAX}'")
+        try:
             self._x(stmt, values, many=True)
+        finally:
+            self._x(f"SET SESSION sql_mode = '{_STRICT}'")
 
     def delete(self, d: TableDef, keys: list[dict]) -> None:
         cols = {c.name: c for c in d.columns}

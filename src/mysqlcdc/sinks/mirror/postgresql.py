@@ -39,6 +39,8 @@ from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, Sq
 
 __all__ = ["PostgresTarget", "pg_type"]
 
+_DDL_LOCK = int.from_bytes(b"mysqlcdc", "big")     # the advisory lock key of the DDL
+
 _SMALL = {"tinyint": ("smallint", "smallint"), "smallint": ("smallint", "integer"),
           "mediumint": ("integer", "integer"), "int": ("integer", "bigint"),
           "integer": ("integer", "bigint"), "bigint": ("bigint", "numeric(20,0)")}
@@ -127,8 +129,19 @@ class PostgresTarget(SqlSavepoints):
         except psycopg.Error as err:
             raise TableRefused(_one_line(str(err))) from None
 
+    def _ddl_lock(self) -> None:
+        """Serialise this transaction's ``IF NOT EXISTS`` DDL with every other writer's.
+
+        PostgreSQL's ``CREATE TABLE/SCHEMA IF NOT EXISTS`` is not safe against itself: two
+        sessions creating the same name at once (a mirror and a changelog_table sink into
+        one database, or two pipelines starting together) make one of them fail with a
+        unique violation in the catalog. A transaction-scoped advisory lock, released at
+        the commit, lets the second see the first's table instead."""
+        self._x("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+
     # -- batch ------------------------------------------------------------------
     def begin(self, pipeline: str):
+        self._ddl_lock()
         self._x("CREATE TABLE IF NOT EXISTS public.mysqlcdc_offsets (pipeline text PRIMARY KEY, "
                 "batch_id bigint NOT NULL, position text, seq numeric(38,0), "
                 "committed_at timestamptz NOT NULL DEFAULT now())")
@@ -195,6 +208,7 @@ class PostgresTarget(SqlSavepoints):
                 for c in d.columns]
         cols.append(sql.SQL("PRIMARY KEY ({})").format(
             sql.SQL(", ").join(map(sql.Identifier, d.primary_key))))
+        self._ddl_lock()
         self._x(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(d.db)))
         self._x(sql.SQL("CREATE TABLE {} ({})").format(self._name(d.db, d.name),
                                                         sql.SQL(", ").join(cols)))
@@ -208,6 +222,7 @@ class PostgresTarget(SqlSavepoints):
         from psycopg import sql
 
         if old[0] != new[0]:
+            self._ddl_lock()
             self._x(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(new[0])))
             self._x(sql.SQL("ALTER TABLE {} SET SCHEMA {}").format(self._name(*old),
                                                                    sql.Identifier(new[0])))
