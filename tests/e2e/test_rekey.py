@@ -125,3 +125,27 @@ def test_renamed_dropped_and_created_again_tables_have_their_rows_once(
     for gone in ("_a_gho", "_a_del"):
         assert not spark.sql(current_state_sql("renames", "shop", gone)).collect(), gone
     assert_target_equals_source(own, postgres, "postgresql", "shop", ["a", "g", "r"])
+
+
+def test_a_column_added_with_a_default_reads_the_table_again(spark, own, postgres, redis_server,
+                                                              tmp_path, monkeypatch):
+    """ADD COLUMN ... DEFAULT gives every existing row a value, and MODIFY ... NOT NULL
+    turns NULLs into zeros, without a row event: the binlog carries neither. Mirrors
+    used to keep NULL in those rows for ever (and the changelog's current state images
+    without the column); the table is read again after such a DDL."""
+    monkeypatch.setenv("REKEY_PG_PASSWORD", postgres.password)
+    monkeypatch.setenv("REKEY_REDIS_PASSWORD", redis_server.password)
+    own.sql("CREATE TABLE shop.filled (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.filled SELECT seq, IF(seq % 3 = 0, NULL, seq) FROM shop.seq_1_to_60")
+    config = _config(tmp_path, own, postgres, redis_server)
+    _in_process(spark, config)
+    own.sql("SET SESSION sql_mode = ''",
+            "ALTER TABLE shop.filled ADD COLUMN w INT NOT NULL DEFAULT 7, "
+            "ADD COLUMN z VARCHAR(3) DEFAULT 'z', ADD COLUMN n INT",
+            "UPDATE shop.filled SET w = 8 WHERE id = 1",
+            "ALTER TABLE shop.filled MODIFY v INT NOT NULL",
+            "DELETE FROM shop.filled WHERE id = 2")
+    _in_process(spark, config)
+    _current_equals_source(spark, own, tmp_path, "filled", ("filled",))
+    assert_target_equals_source(own, postgres, "postgresql", "shop", ["filled"])
+    assert_target_equals_source(own, redis_server, "redis", "shop", ["filled"])

@@ -90,7 +90,7 @@ def _own_request(entry) -> bool:
     """A backfill mysqlcdc queued itself (``SchemaKeeper._read_again``): a table renamed
     away or dropped again since (gh-ost's ``_t_del``) is passed over without an error."""
     return isinstance(entry, dict) and str(entry.get("id", "")).startswith(
-        ("rename@", "rekey@", "tables@"))
+        ("rename@", "rekey@", "fill@", "tables@"))
 
 
 @dataclass(frozen=True)

@@ -267,20 +267,27 @@ class SchemaKeeper:
         renamed_in = [ch for ch in changes if ch.kind == "rename" and ch.old is not None
                       and self.include(ch.db, ch.table)]
         rekeyed = [c for c in records if rekeys(c) and self.include(c.db, c.table)]
-        if renamed_in or rekeyed:
-            self._read_again(renamed_in, rekeyed, at)
+        again = {c.key for c in rekeyed}
+        filled = [ch for ch in changes if ch.kind == "alter" and ch.filled
+                  and self.include(ch.db, ch.table) and (ch.db, ch.table) not in again]
+        if renamed_in or rekeyed or filled:
+            self._read_again(renamed_in, rekeyed, at, filled)
 
-    def _read_again(self, renamed_in: list, rekeyed: list[Change], at: BinlogPosition) -> None:
+    def _read_again(self, renamed_in: list, rekeyed: list[Change], at: BinlogPosition,
+                    filled: list = ()) -> None:
         """Tables the DDL at ``at`` leaves with rows no sink has under their names and
         keys, read again as one backfill, taken once the batch of the DDL is committed:
         tables renamed to a captured name (the cut-over of an online schema change:
         gh-ost's ``_t_gho``, pt-online-schema-change's ``_t_new``, becoming ``t``), whose
         rows were never captured under it (DESIGN.md decision 33); and tables whose key
-        the DDL changed (``rekeys``: the decoder outputs a ``t`` there)."""
+        the DDL changed (``rekeys``: the decoder outputs a ``t`` there); and tables whose
+        existing rows the DDL gave values no row event carries (``TableChange.filled``:
+        an added column with a default, a column made NOT NULL)."""
         from mysqlcdc.capture.signals import request_snapshot, signal_folder
 
         names = [f"{ch.db}.{ch.table}" for ch in renamed_in]
         names += [n for n in (f"{c.db}.{c.table}" for c in rekeyed) if n not in names]
+        names += [n for n in (f"{c.db}.{c.table}" for c in filled) if n not in names]
         why = []
         if renamed_in:
             why.append("renamed to a captured name: " + ", ".join(
@@ -288,6 +295,9 @@ class SchemaKeeper:
         if rekeyed:
             why.append("key changed (its rows have other key texts now): "
                        + ", ".join(f"{c.db}.{c.table}" for c in rekeyed))
+        if filled:
+            why.append("existing rows given values by the DDL: " + ", ".join(
+                f"{c.db}.{c.table} ({', '.join(c.filled)})" for c in filled))
         said = "; ".join(why)
         if self.history.path is None:
             log.warning("at %s %s; their rows are not read again (there is no schema history "
@@ -296,7 +306,8 @@ class SchemaKeeper:
             return
         log.warning("at %s %s; their rows are read again as a backfill", at, said)
         request_snapshot(signal_folder(str(self.history.path.parent)),
-                         (at.file_number, at.pos), f"{'rename' if renamed_in else 'rekey'}@{at}",
+                         (at.file_number, at.pos),
+                         f"{'rename' if renamed_in else 'rekey' if rekeyed else 'fill'}@{at}",
                          names)
 
     def _table_map(self, ev: TableMapEvent, file: str, pos: int) -> None:

@@ -66,6 +66,10 @@ class TableChange:
     before: TableDef | None
     after: TableDef | None
     old: Key | None = None
+    # alter: columns the statement gave a value in rows that already existed (an added
+    # column that is NOT NULL, has a non-NULL DEFAULT, AUTO_INCREMENT or an expression;
+    # a column made NOT NULL). No row event carries those values.
+    filled: tuple[str, ...] = ()
 
 
 @dataclass
@@ -480,6 +484,7 @@ class _ColSpec:
     generated: bool = False
     collate_charset: str | None = None
     has_default_null: bool = False
+    has_default_value: bool = False   # a DEFAULT other than NULL
     system: str | None = None      # GENERATED ALWAYS AS ROW START / END: "row_start"/"row_end"
 
 
@@ -518,6 +523,7 @@ class _Alter:
     convert: str | None = None
     rename_to: Key | None = None
     versioning: str | None = None   # "add" | "drop": ADD / DROP SYSTEM VERSIONING
+    filled: tuple[str, ...] = ()    # set by run_alter: see TableChange.filled
 
 
 class _Parser:
@@ -1217,6 +1223,8 @@ class _Parser:
             elif self.accept("DEFAULT"):
                 if self.at("NULL"):
                     spec.has_default_null = True
+                else:
+                    spec.has_default_value = True
                 self.skip_value()
             elif self.accept("AUTO_INCREMENT"):
                 spec.auto_increment = True
@@ -1388,7 +1396,8 @@ class _Parser:
                 self.fail(f"rename target {new_key[0]}.{new_key[1]} already exists", near=False)
             return [TableChange("rename", new_key[0], new_key[1], before=before, after=after,
                                 old=key)]
-        return [TableChange("alter", key[0], key[1], before=before, after=after)]
+        return [TableChange("alter", key[0], key[1], before=before, after=after,
+                            filled=op.filled)]
 
     def position(self):
         if self.accept("FIRST"):
@@ -1656,6 +1665,7 @@ class _Parser:
             self.fail("ALTER TABLE leaves no columns")
         columns = [replace(e[1], is_primary_key=False) for e in new]
         columns = _with_primary_key(columns, pk, self)
+        op.filled = _filled(new, columns, before)
         db, name = op.rename_to or (before.db, before.name)
         after = TableDef(db, name, tuple(columns), charset=table_charset)
         self.refuse_transaction_periods(after)
@@ -1874,6 +1884,25 @@ def _check_unique(names: list[str], parser: _Parser) -> None:
         if name.lower() in seen:
             parser.fail(f"duplicate column {name!r}")
         seen.add(name.lower())
+
+
+def _filled(new: list[list], columns: list[ColumnDef], before: TableDef) -> tuple[str, ...]:
+    """Names of the columns an ALTER gave a value in the table's existing rows: an added
+    column that is NOT NULL (its implicit default), has a non-NULL DEFAULT, numbers the
+    rows (AUTO_INCREMENT) or is computed from the row; a column made NOT NULL (its NULLs
+    become the type's zero). ``new``: run_alter's entries, parallel to ``columns``."""
+    was = {c.name.lower(): c for c in before.columns}
+    out = []
+    for (old, _, _, spec), col in zip(new, columns):
+        if spec is None:
+            continue
+        if old is None:
+            computed = spec.generated and spec.system is None
+            if not col.nullable or spec.has_default_value or spec.auto_increment or computed:
+                out.append(col.name)
+        elif was[old].nullable and not col.nullable:
+            out.append(col.name)
+    return tuple(out)
 
 
 def _with_primary_key(columns: list[ColumnDef], pk: list[str], parser: _Parser) -> list[ColumnDef]:

@@ -534,3 +534,22 @@ def test_the_target_of_a_statement_that_changes_rows(sql, target):
     from mysqlcdc.schema.ddl import dml_target
 
     assert dml_target(sql, DB) == target
+
+
+def test_alter_names_the_columns_it_filled_in_existing_rows():
+    """``TableChange.filled``: the columns whose values in existing rows no row event
+    carries (DESIGN.md decision 33: the table is read again)."""
+    cat = catalog("CREATE TABLE f (id INT PRIMARY KEY, v INT, n INT)")
+    filled = lambda sql: [c.filled for c in cat.execute(sql, DB)]   # noqa: E731
+    assert filled("ALTER TABLE f ADD COLUMN a INT") == [()]
+    assert filled("ALTER TABLE f ADD COLUMN b INT DEFAULT NULL, ADD c TEXT NULL") == [()]
+    assert filled("ALTER TABLE f ADD COLUMN d INT DEFAULT 3") == [("d",)]
+    assert filled("ALTER TABLE f ADD COLUMN e INT NOT NULL") == [("e",)]
+    assert filled("ALTER TABLE f ADD COLUMN g INT AS (v + 1)") == [("g",)]
+    assert filled("ALTER TABLE f ADD (h INT DEFAULT 1, i INT), ADD j TIMESTAMP(3) "
+                  "DEFAULT CURRENT_TIMESTAMP(3)") == [("h", "j")]
+    assert filled("ALTER TABLE f ADD COLUMN k BIGINT UNSIGNED AUTO_INCREMENT UNIQUE") == [("k",)]
+    assert filled("ALTER TABLE f MODIFY n INT NOT NULL") == [("n",)]
+    assert filled("ALTER TABLE f MODIFY v BIGINT, ALTER COLUMN d SET DEFAULT 4") == [()]
+    assert filled("ALTER TABLE f CHANGE a a2 VARCHAR(5) NOT NULL DEFAULT 'x'") == [("a2",)]
+    assert filled("ALTER TABLE f ADD COLUMN IF NOT EXISTS d INT DEFAULT 9") == [()]
