@@ -339,3 +339,24 @@ def test_compaction_keeps_rows_and_the_cut(settings):
     assert len(data_files) == len(dt.file_uris())            # replaced files were vacuumed
     cut = read_consistent(root)
     assert cut.batch_id == 7 and cut.to_arrow("k.t").num_rows == 21
+
+
+def test_an_integer_retyped_to_a_decimal_keeps_its_values(settings):
+    """Arrow refuses ``int32`` to ``decimal(10,2)`` by the type's width (it wants
+    precision 12) whatever the values; the server converted them all, so the rewrite
+    must too, and a value the new type cannot hold still stops the table."""
+    root = Path(settings.path)
+    s = Stream("app")
+    v1 = tdef("app", "r", ID, ColumnDef("n", "int", column_type="int(11)"),
+              ColumnDef("m", "bigint", column_type="bigint(20)"))
+    mirror = Mirror(settings)
+    mirror.apply([s.ddl("r", None, v1), s.ins("r", {"id": 1, "n": 12345678, "m": 5}),
+                  s.ins("r", {"id": 2, "n": -7, "m": 10**12})], 0)
+    v2 = tdef("app", "r", ID, ColumnDef("n", "decimal", precision=10, scale=2,
+                                        column_type="decimal(10,2)"), v1.columns[2])
+    assert mirror.apply([s.ddl("r", v1, v2)], 1).stopped == []
+    assert [(r["id"], r["n"]) for r in rows(root, "app", "r")] == [
+        (1, Decimal("12345678.00")), (2, Decimal("-7.00"))]
+    v3 = tdef("app", "r", ID, v2.columns[1], ColumnDef("m", "decimal", precision=6, scale=0,
+                                                        column_type="decimal(6,0)"))
+    assert mirror.apply([s.ddl("r", v2, v3)], 2).stopped == [("app", "r")]

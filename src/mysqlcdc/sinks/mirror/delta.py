@@ -442,12 +442,23 @@ def _rewrite(uri: str, table, new: pa.Schema, renames: dict[str, str], props) ->
 
     def batches():
         for batch in files.to_batches(columns=read):
-            arrays = [batch.column(sources[f.name]).cast(f.type) if sources[f.name] in have
+            arrays = [_cast(batch.column(sources[f.name]), f.type) if sources[f.name] in have
                       else pa.nulls(batch.num_rows, f.type) for f in new]
             yield pa.RecordBatch.from_arrays(arrays, schema=new)
 
     write_deltalake(uri, pa.RecordBatchReader.from_batches(new, batches()), mode="overwrite",
                     schema_mode="overwrite", commit_properties=props)
+
+
+def _cast(array: pa.Array, to: pa.DataType) -> pa.Array:
+    """``array`` as ``to``, refused when a value does not fit. Arrow judges an integer
+    cast to a decimal by the integer type's width (an ``int32`` needs precision 10 plus
+    the scale), not by the values, so ``INT`` to ``DECIMAL(10,2)`` failed although the
+    server had just converted every value; such a cast goes through a decimal wide
+    enough for any integer, and the second step checks each value."""
+    if pa.types.is_decimal(to) and pa.types.is_integer(array.type):
+        array = array.cast(pa.decimal256(76, to.scale))
+    return array.cast(to)
 
 
 # -- maintenance ----------------------------------------------------------------------------
