@@ -75,6 +75,7 @@ __all__ = [
     "XaPrepareNotFoundError",
     "BinlogFilteredError",
     "ReplicaUpdatesNotLoggedError",
+    "RowImageNotFullError",
     "SchemaError",
     "UnsupportedDdlError",
     "PreflightError",
@@ -284,6 +285,16 @@ class ReplicaUpdatesNotLoggedError(PreflightError):
     code = "REPLICA_UPDATES_NOT_LOGGED"
     hint = ("Set log_slave_updates=ON (MySQL: log_replica_updates) in the replica's server "
             "config and restart it, or capture from its source server.")
+
+
+class RowImageNotFullError(PreflightError):
+    """A sink that keeps whole rows (a mirror, changelog tables) reads from a server whose
+    row images leave columns out (``binlog_row_image`` MINIMAL or NOBLOB)."""
+
+    code = "ROW_IMAGE_NOT_FULL"
+    hint = ("SET GLOBAL binlog_row_image = 'FULL' (and in the server config), then run "
+            "again; changes logged before keep their partial images: snapshot those tables "
+            "again (mysqlcdc snapshot).")
 
 
 class MissingPrivilegeError(PreflightError):

@@ -281,3 +281,21 @@ def test_writers_creating_at_once_do_not_collide(postgres, pg_settings):
                 cur.execute(f"SELECT id FROM shop.t{i}")
                 assert cur.fetchall() == [(1,)]
         conn.close()
+
+
+def test_a_row_image_without_its_key_stops_the_table(postgres, pg_settings, db):
+    """A session with binlog_row_image MINIMAL logs an update's image with only the
+    columns it set: no key. The table stops with a message that says so, where the
+    write used to fail on a NULL key (an INTERNAL_ERROR in the Delta mirror)."""
+    t = tdef(db, "part", ID, ColumnDef("v", "int", column_type="int(11)"))
+    s = Stream(db)
+    partial = s.rec("u", "part", before={"id": 1}, after={"v": 5}, key={"id": 1})
+    other = tdef(db, "other", ID)
+    result = apply(pg_settings, [s.ddl("part", None, t), s.ddl("other", None, other),
+                                 s.ins("part", {"id": 1, "v": 1}), partial,
+                                 s.ins("other", {"id": 1})], 0)
+    assert result.stopped == [(db, "part")]
+    assert postgres.sql(f'SELECT id FROM "{db}".other') == [(1,)]     # the others go on
+    (message,), = postgres.sql("SELECT message FROM public.mysqlcdc_mirror_stopped WHERE "
+                               f"pipeline = '{pg_settings.pipeline}' AND tbl = 'part'")
+    assert "lacks its key columns" in message and "binlog_row_image" in message

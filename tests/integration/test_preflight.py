@@ -244,10 +244,10 @@ def test_warnings_reach_the_run_and_a_pattern_matching_no_table_is_one(own, tmp_
 
 
 def test_every_preflight_error_says_what_to_do():
-    from mysqlcdc.errors import BinlogFilteredError
+    from mysqlcdc.errors import BinlogFilteredError, RowImageNotFullError
 
     for cls in (BinlogDisabledError, BinlogFormatError, MissingPrivilegeError, BinlogPurgedError,
-                ServerIdInUseError, AuthenticationError, BinlogFilteredError):
+                ServerIdInUseError, AuthenticationError, BinlogFilteredError, RowImageNotFullError):
         assert issubclass(cls, PreflightError) and cls.hint
 
 
@@ -342,3 +342,33 @@ def test_a_replica_that_does_not_log_what_it_replicates_is_refused(tmp_path):
     finally:
         replica.stop()
         primary.stop()
+
+
+def test_a_mirror_on_partial_row_images_is_refused(own, tmp_path):
+    """binlog_row_image MINIMAL or NOBLOB leaves columns out of the images: a mirror (or
+    changelog tables) would write NULLs for them, or rows without their key, so preflight
+    refuses such a sink; a changelog beside it alone would only be warned about."""
+    from mysqlcdc.config.loader import load_pipeline_from_dict
+    from mysqlcdc.errors import RowImageNotFullError
+    from mysqlcdc.pipeline.runner import checked_preflight
+
+    def config(sinks):
+        return load_pipeline_from_dict({
+            "name": "partial", "source": {"host": own.host, "port": own.port, "user": "root",
+                                          "server_id": 903},
+            "spark": {"checkpoint": str(tmp_path / f"ck{len(sinks)}")}, "sinks": sinks})
+
+    mirrored = config([{"changelog": {"path": str(tmp_path / "cl")}},
+                       {"mirror": {"target": "delta", "path": str(tmp_path / "lake")}}])
+    plain = config([{"changelog": {"path": str(tmp_path / "cl")}}])
+    own.sql("SET GLOBAL binlog_row_image = 'NOBLOB'")
+    try:
+        with pytest.raises(RowImageNotFullError) as info:
+            checked_preflight(mirrored)
+        checked_preflight(plain)
+    finally:
+        own.sql("SET GLOBAL binlog_row_image = 'FULL'")
+    assert info.value.code == "ROW_IMAGE_NOT_FULL"
+    assert "NOBLOB" in str(info.value) and "mirror" in str(info.value)
+    assert "binlog_row_image = 'FULL'" in info.value.hint
+    checked_preflight(mirrored)

@@ -291,6 +291,7 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
                     info = retry.call(check, retry_policy(cfg), settings.address)
                 else:
                     info = check()
+                _whole_rows(cfg, info.binlog_row_image)
                 for warning in info.warnings:   # a MINIMAL row image, a pattern matching nothing
                     log.warning("%s", warning)
             except BinlogPurgedError as exc:
@@ -305,6 +306,23 @@ def checked_preflight(cfg: PipelineConfig, *, stale_wait_s: float = 20.0) -> Non
             log.info("server_id %s still registered; waiting for a stale registration to clear",
                      cfg.source.server_id)
             time.sleep(0.25)
+
+
+def _whole_rows(cfg: PipelineConfig, row_image: str) -> None:
+    """Refuse a mirror or changelog-table sink on a server that logs partial row images:
+    an update's image there lacks the key and every column it did not set, an insert's
+    the columns that took their default. Such a sink would write NULLs (or nothing) for
+    them; other sinks record the images as they are (a warning)."""
+    from mysqlcdc.errors import RowImageNotFullError
+
+    if row_image in ("", "FULL"):
+        return
+    kinds = sorted({s.type for s in cfg.sinks if s.type in ("mirror", "changelog_table")})
+    if kinds:
+        raise RowImageNotFullError(
+            f"binlog_row_image is {row_image}, not FULL: its row images leave out the "
+            f"columns a statement did not set, and the {' and '.join(kinds)} sink(s) of "
+            f"pipeline {cfg.name} keep whole rows")
 
 
 def _load(spark, cfg: PipelineConfig, index: int, options: dict, history: str | None,

@@ -402,6 +402,12 @@ def apply_batch(target: Target, rows: Iterable[dict], *, batch_id: int, pipeline
         if op in ROW_OPS:
             if key in stopped:
                 continue
+            if op != "d" and not _has_key_columns(r["after"], r["key"]):
+                stop_unguarded(key, TableRefused(
+                    f"the row image at {r['file']}:{r['pos']} lacks its key columns (written "
+                    f"with binlog_row_image MINIMAL): a mirror needs whole rows; set it to "
+                    f"FULL, then snapshot the table again"), r["seq"])
+                continue
             result.rows += 1
             tc = pending.get(key)
             if tc is None:
@@ -458,6 +464,20 @@ def write_rows(target: Target, definition: TableDef, changes: TableChanges,
             target.delete(definition, deletes)
         if upserts:
             target.upsert(definition, upserts)
+
+
+def _has_key_columns(after: str | None, key: str | None) -> bool:
+    """Whether the ``after`` image names every column of ``key`` (both JSON objects). A
+    MINIMAL row image of an update has only the columns the statement set. Quoted names
+    are searched in the text: inside a JSON string a quote is escaped, so ``"name":``
+    only occurs as an object's key."""
+    if after is None or key is None:
+        return after is not None
+    names = json.loads(key)
+    if all(json.dumps(n, ensure_ascii=False) + ":" in after for n in names):
+        return True
+    image = json.loads(after)                  # another spelling of a name, or missing
+    return all(n in image for n in names)
 
 
 def _history_shape(d: TableDef) -> TableDef:
