@@ -6,6 +6,7 @@ import pytest
 
 from mysqlcdc.sinks.changelog_table import ChangelogTableSettings, start_changelog_table
 
+from tests.e2e.test_backfill import own  # noqa: F401 (a fixture)
 from tests.e2e.test_mirror import target_settings
 from tests.support.mariadb import binlog_position
 
@@ -103,3 +104,75 @@ def test_changelog_table_from_pipeline_config(spark, mariadb, postgres, fresh_db
     (ledger,) = postgres.sql("SELECT batch_id FROM mysqlcdc_offsets WHERE pipeline LIKE "
                              "'cltable#changelog@%'")
     assert ledger[0] >= 0
+
+
+def test_a_table_read_again_keeps_the_sum_of_dml_type(spark, own, postgres, mariadb_target,
+                                                       tmp_path, monkeypatch):  # noqa: F811
+    """A backfill reads a table's rows again (here the one an ADD COLUMN ... DEFAULT
+    queues, then a user's `mysqlcdc snapshot`). Its rows used to be +1 again, so
+    ``SUM(dml_type)`` per key became 2 and every aggregate over the log doubled. A read
+    of a key the log holds live is now 0: the row as it is (the new column's default
+    included), no change."""
+    import json
+
+    import subprocess
+    import sys
+
+    from tests.e2e.test_backfill import ENV, _in_process
+
+    monkeypatch.setenv("CLT_PG_PASSWORD", postgres.password)
+    own.sql("CREATE TABLE shop.acc (id INT PRIMARY KEY, amount INT)",
+            "INSERT INTO shop.acc SELECT seq, seq * 10 FROM shop.seq_1_to_40")
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(f"""
+name: sums
+source:
+  host: {own.host}
+  port: {own.port}
+  user: {own.user}
+  server_id: 7991
+  tables: {{include: ["shop.*"]}}
+  snapshot: {{mode: initial, chunk_rows: 15}}
+spark:
+  master: "local[2]"
+  checkpoint: {tmp_path}/checkpoint
+  conf: {{spark.sql.shuffle.partitions: "2", spark.ui.enabled: "false"}}
+sinks:
+  - changelog_table: {{target: postgresql, host: {postgres.host}, port: {postgres.port},
+                       user: {postgres.user}, password_env: CLT_PG_PASSWORD}}
+  - changelog_table: {{target: mysql, host: {mariadb_target.host}, port: {mariadb_target.port},
+                       user: {mariadb_target.user}, database: clt_ledger}}
+""")
+    _in_process(spark, config)
+    own.sql("ALTER TABLE shop.acc ADD COLUMN fee INT NOT NULL DEFAULT 3",
+            "UPDATE shop.acc SET amount = amount + 1 WHERE id <= 5",
+            "DELETE FROM shop.acc WHERE id BETWEEN 6 AND 8",
+            "INSERT INTO shop.acc VALUES (100, 1000, 4)")
+    _in_process(spark, config)
+    asked = subprocess.run([sys.executable, "-m", "mysqlcdc.cli.main", "snapshot", str(config),
+                            "shop.acc", "--where", "id <= 20"], capture_output=True, text=True,
+                           env={**ENV, "CLT_PG_PASSWORD": postgres.password})
+    assert asked.returncode == 0, asked.stderr
+    own.sql("UPDATE shop.acc SET amount = 0 WHERE id = 9")
+    _in_process(spark, config)
+
+    want = {r[0]: (r[1], r[2]) for r in own.sql("SELECT id, amount, fee FROM shop.acc")}
+    logs = {"postgresql": postgres.sql('SELECT id, amount, fee, dml_type FROM shop.acc_changelog '
+                                       'ORDER BY gsn'),
+            "mysql": mariadb_target.sql("SELECT id, amount, fee, dml_type FROM "
+                                        "shop.acc_changelog ORDER BY gsn")}
+    for kind, rows in logs.items():
+        sums: dict[int, int] = {}
+        amount: dict[int, int] = {}
+        latest: dict[int, tuple] = {}
+        for id_, amt, fee, sign in rows:
+            sums[id_] = sums.get(id_, 0) + sign
+            amount[id_] = amount.get(id_, 0) + sign * amt
+            if sign >= 0:
+                latest[id_] = (amt, fee)
+        assert {k for k, n in sums.items() if n == 1} == set(want), kind
+        assert all(n in (0, 1) for n in sums.values()), (kind, json.dumps(sums))
+        assert {k: v for k, v in amount.items() if k in want} == \
+            {k: a for k, (a, _) in want.items()}, kind          # SUM(amount * dml_type)
+        assert {k: latest[k] for k in want} == want, kind       # the new column's default
+        assert sum(1 for r in rows if r[3] == 0) >= 32, kind   # 32 rows read again, then 17

@@ -864,7 +864,8 @@ class MirrorSinkConfig(_TargetConnection):
 class ChangelogTableSinkConfig(_TargetConnection):
     """FlexCDC-style changelog tables: per source table, a table in the target database
     with every row change: the row's columns plus `dml_type` (+1/-1; an update is a -1 of
-    the old image and a +1 of the new), `uow_id` (transaction), `gsn` (global sequence
+    the old image and a +1 of the new; 0 a backfill's read of a row the table holds live),
+    `uow_id` (transaction), `gsn` (global sequence
     number, unique and increasing across tables), `server_id` and `binlog_position`.
     Created and altered from the schema history; one transaction per batch with its
     `mysqlcdc_offsets` row (`<pipeline>#changelog@<query id>`)."""

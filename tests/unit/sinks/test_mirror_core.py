@@ -99,6 +99,37 @@ def test_changelog_table_config_and_rows():
                    ("t_changelog", 1, "41", "12", 2)]
 
 
+def test_changelog_rows_read_again_are_zero_for_live_keys():
+    """A backfill's read of a key the log holds live (the target says so, or a change
+    earlier in the batch made it live) is 0; one of a key it does not hold is +1; the
+    initial snapshot's reads are +1 without asking."""
+    import json
+
+    from mysqlcdc.sinks.changelog_table.writer import changelog_rows
+
+    base = {"db": "d", "table": "t", "file": "b.000001", "pos": 10, "txn_id": "x",
+            "server_id": 7, "before": None}
+    asked = []
+
+    def live(db, table, file, pos, names, keys):
+        asked.append((db, table, names, keys))
+        return [k["id"] == 1 for k in keys]
+
+    def read(i, seq, query="backfill"):
+        return {**base, "op": "r", "after": f'{{"id": {i}}}', "key": f'{{"id": {i}}}',
+                "seq": Decimal(seq), "query": query}
+    rows = changelog_rows([
+        read(1, 10), read(2, 11), read(9, 12, "snapshot"),
+        {**base, "op": "c", "after": '{"id": 3}', "key": '{"id": 3}', "seq": Decimal(13)},
+        read(3, 14), read(4, 15, "backfill:last_in_table"),
+        {**base, "op": "d", "before": '{"id": 1}', "after": None, "key": '{"id": 1}',
+         "seq": Decimal(16)},
+        read(1, 17)], "_log", live=live)
+    got = [(json.loads(r["after"])["id"], json.loads(r["after"])["dml_type"]) for r in rows]
+    assert got == [(1, 0), (2, 1), (9, 1), (3, 1), (3, 0), (4, 1), (1, -1), (1, 1)]
+    assert asked == [("d", "t_log", ["id"], [{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4}])]
+
+
 def _cfg_sink(sink):
     return PipelineConfig.model_validate(
         {"name": "x", "source": {"host": "h", "user": "u", "server_id": 5},

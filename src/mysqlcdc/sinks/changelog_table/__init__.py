@@ -18,7 +18,8 @@ def start_changelog_table(df, settings: ChangelogTableSettings, *, checkpoint: s
     target = settings.target
     run = foreach_batch(target, lambda: make_target(target), checkpoint,
                         definitions=ChangelogDefinitions(target.history_dir, settings.suffix),
-                        transform=lambda rows: changelog_rows(rows, settings.suffix),
+                        transform=lambda rows, live: changelog_rows(rows, settings.suffix,
+                                                                    live=live),
                         ledger_name=settings.ledger_name, keep_on_create=True)
     writer = df.writeStream.foreachBatch(run).option("checkpointLocation", checkpoint)
     writer = (writer.trigger(availableNow=True) if available_now

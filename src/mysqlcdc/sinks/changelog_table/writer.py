@@ -5,7 +5,8 @@ target schema/database as a mirror would use, with the source's columns (all nul
 plus:
 
 - ``dml_type``: +1 for an inserted image, -1 for a deleted one; an update is a -1 row
-  of the old image and a +1 row of the new one (a snapshot read ``r`` is +1);
+  of the old image and a +1 row of the new one (a snapshot read ``r`` is +1; a backfill's
+  read of a key the table already holds live is 0: the row as it is, no change);
 - ``uow_id``: the unit of work (transaction): the smallest ``seq`` of its changes, so
   monotonically increasing in commit order and unique;
 - ``gsn``: a global sequence number, unique and increasing across all tables:
@@ -66,9 +67,42 @@ def _dump(d: TableDef | None, suffix: str) -> str | None:
     return None if d is None else json.dumps(changelog_def(d, suffix).to_json())
 
 
-def changelog_rows(rows: Iterable[dict], suffix: str) -> list[dict]:
-    """Envelope rows -> envelope rows of upserts (and schema changes) on changelog tables."""
+def _read_again(r: dict) -> bool:
+    """A backfill's read of a row (``mysqlcdc snapshot``, or one mysqlcdc queued after a
+    key change, a rename or an ALTER that filled the rows), not the initial snapshot's."""
+    return r["op"] == "r" and (r.get("query") or "").startswith("backfill")
+
+
+def _held(rows: list[dict], suffix: str, live) -> dict[tuple, bool]:
+    """(db, table, key text) -> whether the changelog table holds the key live, for every
+    key a backfill reads in ``rows``: one ``live`` lookup per table."""
+    wanted: dict[tuple[str, str], dict[str, dict]] = {}
+    at: dict[tuple[str, str], tuple[str, int]] = {}
+    for r in rows:
+        if _read_again(r) and r.get("key"):
+            key = (r["db"], r["table"])
+            wanted.setdefault(key, {})[r["key"]] = r
+            at.setdefault(key, (r["file"], r["pos"]))
+    held: dict[tuple, bool] = {}
+    for (db, table), by_text in wanted.items():
+        texts = list(by_text)
+        keys = [json.loads(t) for t in texts]
+        names = list(keys[0])
+        found = live(db, table + suffix, *at[(db, table)], names, keys)
+        held.update(((db, table, t), bool(f)) for t, f in zip(texts, found))
+    return held
+
+
+def changelog_rows(rows: Iterable[dict], suffix: str, live=None) -> list[dict]:
+    """Envelope rows -> envelope rows of upserts (and schema changes) on changelog tables.
+
+    A row a backfill reads again whose key the changelog table holds live (its last row
+    +1, or a change earlier in this batch) is written with ``dml_type`` 0: its image as it
+    is now, no change, so ``SUM(dml_type)`` per key stays 1. ``live(db, table, file, pos,
+    names, keys)`` asks the target (None: every read is +1, as the initial snapshot's)."""
     rows = sorted(rows, key=lambda r: Decimal(r["seq"]))
+    held = _held(rows, suffix, live) if live is not None else {}
+    state: dict[tuple, bool] = {}         # keys changed in this batch: live after it?
     uow: dict[str, Decimal] = {}
     for r in rows:
         if r["op"] in ("c", "u", "d", "r"):
@@ -98,7 +132,14 @@ def changelog_rows(rows: Iterable[dict], suffix: str) -> list[dict]:
         if op in ("u", "d"):
             images.append((-1, r["before"], seq * 2))
         if op in ("c", "u", "r"):
-            images.append((1, r["after"], seq * 2 + (1 if op == "u" else 0)))
+            sign = 1
+            if _read_again(r):
+                key = (r["db"], r["table"], r["key"])
+                if state.get(key, held.get(key, False)):
+                    sign = 0
+            images.append((sign, r["after"], seq * 2 + (1 if op == "u" else 0)))
+        if r.get("key"):
+            state[(r["db"], r["table"], r["key"])] = op != "d"
         for sign, image, gsn in images:
             row = {**json.loads(image), **extra, "dml_type": sign, "gsn": str(gsn)}
             out.append({**base, "op": "c", "before": None, "after": json.dumps(row),

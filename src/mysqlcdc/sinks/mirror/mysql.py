@@ -20,15 +20,18 @@ the database named by ``settings.database``.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timezone
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
 from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import GEOMETRY_TYPES, python_value
-from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
+from mysqlcdc.sinks.mirror.writer import (ColumnChange, key_index_name, live_of, RetryableTargetError, SqlSavepoints,
                                           TableRefused, TargetAuthError)
 
 __all__ = ["MySQLTarget", "mysql_type"]
+
+log = logging.getLogger(__name__)
 
 _GONE = {2003, 2006, 2013, 2055, 1053, 1927, 4031}
 _AUTH = {1044, 1045, 1698}
@@ -198,6 +201,30 @@ class MySQLTarget(SqlSavepoints):
     def table_exists(self, db: str, table: str) -> bool:
         return self._x("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
                        "table_name = %s", (db, table)).fetchone() is not None
+
+    def live_keys(self, d: TableDef, names: tuple[str, ...], keys: list[dict]) -> list[bool]:
+        """See PostgresTarget.live_keys. MySQL has no CREATE INDEX IF NOT EXISTS (and DDL
+        commits): the index is made once, when information_schema lacks it; a key type
+        that cannot be indexed whole is looked up without one."""
+        index = key_index_name(d.name, names)
+        cols = ", ".join(q(n) for n in names)
+        table = f"{q(d.db)}.{q(d.name)}"
+        if self._x("SELECT 1 FROM information_schema.statistics WHERE table_schema = %s AND "
+                   "table_name = %s AND index_name = %s", (d.db, d.name, index)).fetchone() is None:
+            try:
+                self._x(f"CREATE INDEX {q(index)} ON {table} ({cols})")
+            except TableRefused as err:
+                log.warning("changelog table %s.%s: no index on its key (%s); reads of the "
+                            "table again look keys up without one", d.db, d.name, err)
+        self._commit()
+        by_name = {c.name: c for c in d.columns}
+        one = "(" + ", ".join(["%s"] * len(names)) + ")"
+
+        def query(part):
+            return self._x(f"SELECT {cols}, dml_type FROM {table} WHERE ({cols}) IN "
+                           f"({', '.join([one] * len(part))}) ORDER BY gsn",
+                           [v for key in part for v in key]).fetchall()
+        return live_of(keys, names, lambda c, v: _bind(by_name[c], v), query)
 
     def create_table(self, d: TableDef) -> None:
         cols = [f"{q(c.name)} {mysql_type(c)}{' NOT NULL' if c.is_primary_key else ''}"

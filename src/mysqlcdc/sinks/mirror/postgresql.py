@@ -34,7 +34,7 @@ from datetime import datetime
 from mysqlcdc.schema.model import ColumnDef, TableDef
 from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import BINARY_TYPES, GEOMETRY_TYPES, TEXT_TYPES, python_value
-from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
+from mysqlcdc.sinks.mirror.writer import (key_index_name, live_of,ColumnChange, RetryableTargetError, SqlSavepoints,
                                           TableRefused, TargetAuthError)
 
 __all__ = ["PostgresTarget", "pg_type"]
@@ -199,6 +199,27 @@ class PostgresTarget(SqlSavepoints):
     def table_exists(self, db: str, table: str) -> bool:
         return self._x("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
                        "table_name = %s", (db, table)).fetchone() is not None
+
+    def live_keys(self, d: TableDef, names: tuple[str, ...], keys: list[dict]) -> list[bool]:
+        """For each key (values of the columns ``names``), whether the changelog table
+        ``d`` holds it live (its last row is not a deleted image, ``dml_type`` -1). The table gets an
+        index on those columns for it (once); committed, since no batch is open yet."""
+        from psycopg import sql
+
+        index = sql.Identifier(key_index_name(d.name, names))
+        cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        self._x(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+            index, self._name(d.db, d.name), cols))
+        self.conn.commit()
+        by_name = {c.name: c for c in d.columns}
+
+        def query(part):
+            rows = sql.SQL(", ").join(sql.SQL("({})").format(
+                sql.SQL(", ").join(sql.Placeholder() * len(names))) for _ in part)
+            stmt = sql.SQL("SELECT {}, dml_type FROM {} WHERE ({}) IN ({}) ORDER BY gsn").format(
+                cols, self._name(d.db, d.name), cols, rows)
+            return self._x(stmt, [v for key in part for v in key]).fetchall()
+        return live_of(keys, names, lambda c, v: _bind(by_name[c], v), query)
 
     def create_table(self, d: TableDef) -> None:
         from psycopg import sql

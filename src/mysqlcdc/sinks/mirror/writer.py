@@ -466,6 +466,35 @@ def write_rows(target: Target, definition: TableDef, changes: TableChanges,
             target.upsert(definition, upserts)
 
 
+def key_index_name(table: str, names: tuple[str, ...]) -> str:
+    """The name of a changelog table's index on the source key ``names`` (unique per key,
+    short enough for PostgreSQL's 63 bytes and MySQL's 64 characters)."""
+    import hashlib
+
+    digest = hashlib.sha1("\0".join(names).encode()).hexdigest()[:10]
+    return f"{table[:40]}_key_{digest}"
+
+
+def live_of(keys: list[dict], names: tuple[str, ...], bind, query, *, part: int = 500) -> list[bool]:
+    """``live_keys``' common part: ``keys`` bound with ``bind(column, value)``, looked up
+    ``part`` at a time with ``query(bound keys)`` (rows of the key columns and
+    ``dml_type``, ``gsn`` order); the last row of each key decides: live unless it is a
+    deleted image (-1)."""
+    wanted: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+        wanted.setdefault(tuple(bind(n, key.get(n)) for n in names), []).append(i)
+    live = [False] * len(keys)
+    items = list(wanted)
+    for start in range(0, len(items), part):
+        last: dict[tuple, int] = {}
+        for row in query(items[start:start + part]):
+            last[tuple(row[:-1])] = row[-1]
+        for key, sign in last.items():
+            for i in wanted.get(key, ()):
+                live[i] = sign != -1          # +1, or 0: a read of a live row
+    return live
+
+
 def _has_key_columns(after: str | None, key: str | None) -> bool:
     """Whether the ``after`` image names every column of ``key`` (both JSON objects). A
     MINIMAL row image of an update has only the columns the statement set. Quoted names
@@ -534,9 +563,10 @@ _COLUMNS = ("op", "db", "table", "before", "after", "key", "file", "pos", "seq",
 def _collect(df, keep_before: bool):
     """The batch's rows as dicts in ``seq`` order. Without ``keep_before`` a row change's
     ``before`` image (half an update's bytes) is left in Spark: only ``s`` records need it.
-    A ``t``'s ``query`` tells a truncate from a key change (``REKEY_NOTE``)."""
+    A ``t``'s ``query`` tells a truncate from a key change (``REKEY_NOTE``), an ``r``'s a
+    snapshot's read from a backfill's."""
     cols = [f"`{c}`" for c in _COLUMNS]
-    cols[-1] = "CASE WHEN op = 't' THEN `query` END AS `query`"
+    cols[-1] = "CASE WHEN op IN ('t', 'r') THEN `query` END AS `query`"
     if not keep_before:
         cols[3] = "CASE WHEN op = 's' THEN `before` END AS `before`"
     return df.selectExpr(*cols).toArrow().sort_by("seq").to_pylist()
@@ -554,12 +584,14 @@ def ledger_key(name: str, checkpoint: str | None) -> str:
 
 def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str | None = None,
                   *, definitions: Definitions | None = None,
-                  transform: Callable[[list[dict]], list[dict]] | None = None,
+                  transform: Callable[[list[dict], Callable], list[dict]] | None = None,
                   ledger_name: str | None = None, keep_on_create: bool = False):
     """The function ``foreachBatch`` calls: collect the batch (bounded by the source's
     batch size) as Arrow on the driver and apply it. With a local ``checkpoint`` the
     ledger records the batch's end offset from Spark's offset log. ``transform`` turns
-    the envelope rows into the rows to apply (the changelog_table sink)."""
+    the envelope rows into the rows to apply (the changelog_table sink); its second
+    argument, ``live(db, table, file, pos, names, keys)``, asks the target which keys
+    its table holds (``live_keys``) with the table's definition at ``file:pos``."""
     from mysqlcdc.spark.checkpoint import batch_offset, local_dir
 
     definitions = definitions or Definitions(settings.history_dir)
@@ -572,15 +604,24 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
         name = keys.setdefault("ledger", ledger_key(base, checkpoint))   # Spark wrote it
         started = time.perf_counter()
         rows = _collect(df, keep_before=transform is not None)
-        if transform is not None:
-            rows = transform(rows)
         if not rows:
             return
         collected = time.perf_counter()
         end = batch_offset(local, batch_id) if local is not None else None
+
+        def made(t: Target) -> list[dict]:
+            if transform is None:
+                return rows
+
+            def live(db, table, file, pos, names, keys):
+                d = definitions.at(db, table, file, pos)
+                if d is None or not t.table_exists(db, table):
+                    return [False] * len(keys)
+                return t.live_keys(d, tuple(names), keys)
+            return transform(rows, live)
         result = run_with_retries(
             make_target,
-            lambda t: apply_batch(t, rows, batch_id=batch_id, pipeline=name,
+            lambda t: apply_batch(t, made(t), batch_id=batch_id, pipeline=name,
                                   definitions=definitions, keep_on_create=keep_on_create,
                                   end_position=str(end) if end is not None else None,
                                   history=history),
