@@ -149,3 +149,31 @@ def test_a_column_added_with_a_default_reads_the_table_again(spark, own, postgre
     _current_equals_source(spark, own, tmp_path, "filled", ("filled",))
     assert_target_equals_source(own, postgres, "postgresql", "shop", ["filled"])
     assert_target_equals_source(own, redis_server, "redis", "shop", ["filled"])
+
+
+def test_names_swapped_by_one_rename_are_applied_in_its_order(spark, own, postgres, tmp_path,
+                                                              monkeypatch):
+    """``RENAME TABLE s TO s_old, s_new TO s`` with both names captured: the history
+    listed a position's changes by table, not in the statement's order, and they shared
+    one seq, so a mirror renamed ``s_new`` onto ``s`` first (dropping the old ``s``) and
+    then the new ``s`` to ``s_old``, which the next statement dropped: ``s`` was gone
+    from the target."""
+    monkeypatch.setenv("REKEY_PG_PASSWORD", postgres.password)
+    own.sql("CREATE TABLE shop.s (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.s SELECT seq, seq FROM shop.seq_1_to_30")
+    config = _config(tmp_path, own, postgres)
+    _in_process(spark, config)
+    own.sql("CREATE TABLE shop.s_new LIKE shop.s",
+            "INSERT INTO shop.s_new SELECT id, -v FROM shop.s WHERE id <= 20",
+            "RENAME TABLE shop.s TO shop.s_old, shop.s_new TO shop.s",
+            "DROP TABLE shop.s_old",
+            "INSERT INTO shop.s VALUES (99, 99)")
+    _in_process(spark, config)
+    assert_target_equals_source(own, postgres, "postgresql", "shop", ["s"])
+    assert not postgres.sql("SELECT 1 FROM information_schema.tables WHERE table_schema = 'shop' "
+                            "AND table_name IN ('s_old', 's_new')")
+    _current_equals_source(spark, own, tmp_path, "swap", ("s",))
+    rows = [r.asDict() for r in read_changelog(spark, str(tmp_path / "changelog")).collect()
+            if r["op"] == "s" and r["query"] and r["query"].startswith("RENAME")]
+    assert [(r["table"], r["row"]) for r in sorted(rows, key=lambda r: r["seq"])] == [
+        ("s", 0), ("s_old", 1), ("s_new", 2), ("s", 3)]

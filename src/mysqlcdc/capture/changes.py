@@ -439,7 +439,8 @@ class ChangeDecoder:
         view = self.history.view
         if view.before_catchup(self.history.at):
             return
-        for change in view.changes_at(file, pos):
+        row = 0               # the statement's records in its order: a swap of names by
+        for change in view.changes_at(file, pos):    # one RENAME is applied name by name
             if change.kind == "trust" or not self.include(change.db, change.table):
                 continue
             op = OP_TRUNCATE if change.kind == "truncate" else OP_SCHEMA
@@ -448,8 +449,9 @@ class ChangeDecoder:
                 None if change.before is None or op == OP_TRUNCATE else change.before.to_json(),
                 None if op == OP_TRUNCATE or change.definition is None
                 else change.definition.to_json(),
-                change.ddl, self.tracker.ctx, file, self._file_number, pos,
+                change.ddl, self.tracker.ctx, file, self._file_number, pos, row=row,
             )
+            row += 1
             if rekeys(change):
                 # the table's rows have other key texts from here: what sinks hold under
                 # the old ones is void (a ``t``), and the table is read again (a backfill
@@ -457,12 +459,14 @@ class ChangeDecoder:
                 self.builder.add_event(
                     OP_TRUNCATE, change.db, change.table, None, None,
                     f"{REKEY_NOTE} {change.ddl}", self.tracker.ctx, file, self._file_number,
-                    pos, row=1)
+                    pos, row=row)
+                row += 1
             elif change.kind == "create" and change.before is not None:
                 # CREATE OR REPLACE: the old table's rows are gone with it
                 self.builder.add_event(OP_TRUNCATE, change.db, change.table, None, None,
                                        change.ddl, self.tracker.ctx, file, self._file_number,
-                                       pos, row=1)
+                                       pos, row=row)
+                row += 1
 
     def _key_columns(self, ev: TableMapEvent) -> tuple[str, ...] | None:
         if ev.primary_key and ev.column_names:

@@ -228,6 +228,7 @@ class SchemaHistory:
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         self.path = Path(path) / HISTORY_FILE if path is not None else None
         self.changes: dict[Key, list[Change]] = {}
+        self.in_order: list[Change] = []        # every non-bootstrap change, as recorded
         self.quarantines: dict[Key, list[Quarantine]] = {}
         self.resolutions: dict[Key, list[Resolution]] = {}
         self._seen: set[str] = set()
@@ -252,6 +253,7 @@ class SchemaHistory:
         if size == self._size:
             return
         self.changes, self.quarantines, self.resolutions, self._seen = {}, {}, {}, set()
+        self.in_order = []
         self._bootstrapped = False
         lines = self.path.read_text(encoding="utf-8").split("\n")
         for n, line in enumerate(lines, 1):
@@ -284,6 +286,8 @@ class SchemaHistory:
             lst = self.changes.setdefault(c.key, [])
             lst.append(c)
             lst.sort(key=Change.sort_key)
+            if kind == "change":
+                self.in_order.append(c)
         elif kind == "quarantine":
             self.quarantines.setdefault((d["db"], d["table"]), []).append(Quarantine.from_json(d))
         elif kind == "resolve":
@@ -394,11 +398,12 @@ class SchemaHistory:
         def keep(key: Key) -> bool:
             return include is None or include(*key)
         versions = {k: list(v) for k, v in self.changes.items() if keep(k)}
+        # the changes of one statement in its order (a RENAME of several tables, which may
+        # swap names, is applied name by name: decision 34)
         by_pos: dict[tuple[str, int], list[Change]] = {}
-        for k, v in versions.items():
-            for c in v:
-                if c.kind != "bootstrap":
-                    by_pos.setdefault((c.pos.file, c.pos.pos), []).append(c)
+        for c in self.in_order:
+            if keep(c.key):
+                by_pos.setdefault((c.pos.file, c.pos.pos), []).append(c)
         # a resolution by reload is a version at the quarantine position
         for k, rs in self.resolutions.items():
             if keep(k):

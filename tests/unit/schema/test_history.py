@@ -120,3 +120,23 @@ def test_timeline_lists_versions_and_quarantines_in_order(tmp_path):
     rows = h.timeline("db", "t")
     assert [r["what"] for r in rows] == ["bootstrap", "alter", "quarantine"]
     assert rows[1]["names"] == ["a", "b"] and rows[2]["resolved"] is None
+
+
+def test_a_statements_changes_keep_its_order_also_after_reloading(tmp_path):
+    """``RENAME TABLE s TO s_old, s_new TO s`` is a swap only in that order; the view
+    listed a position's changes by table (``s`` first: its versions were seen first)."""
+    def d(name: str) -> TableDef:
+        return TableDef("db", name, (ColumnDef("a", "int"),))
+
+    h = SchemaHistory(tmp_path)
+    h.bootstrap(P("bin.000001", 100), {("db", "s"): d("s"), ("db", "s_new"): d("s_new")})
+    at, ddl = P("bin.000001", 700), "RENAME TABLE s TO s_old, s_new TO s"
+    h.record([Change(at, "rename", "db", "s", None, ddl, before=d("s")),
+              Change(at, "rename", "db", "s_old", d("s_old"), ddl, ("db", "s"), d("s")),
+              Change(at, "rename", "db", "s_new", None, ddl, before=d("s_new")),
+              Change(at, "rename", "db", "s", d("s"), ddl, ("db", "s_new"), d("s_new"))])
+    want = [("s", None), ("s_old", "s"), ("s_new", None), ("s", "s_new")]
+    for history in (h, SchemaHistory(tmp_path)):
+        got = [(c.table, c.old[1] if c.old else None)
+               for c in history.view().changes_at("bin.000001", 700)]
+        assert got == want
