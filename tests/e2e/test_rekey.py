@@ -19,7 +19,7 @@ from tests.support.mirror import assert_target_equals_source
 pytestmark = pytest.mark.e2e
 
 
-def _config(tmp_path: Path, server, pg, redis=None) -> Path:
+def _config(tmp_path: Path, server, pg, redis=None, batch: int | None = None) -> Path:
     path = tmp_path / "pipeline.yaml"
     path.write_text(f"""
 name: rekey
@@ -30,6 +30,7 @@ source:
   server_id: 7981
   tables: {{include: ["shop.*"]}}
   snapshot: {{mode: initial, chunk_rows: 50}}
+{"" if batch is None else f"  max_events_per_batch: {batch}"}
 spark:
   master: "local[2]"
   checkpoint: {tmp_path}/checkpoint
@@ -177,3 +178,28 @@ def test_names_swapped_by_one_rename_are_applied_in_its_order(spark, own, postgr
             if r["op"] == "s" and r["query"] and r["query"].startswith("RENAME")]
     assert [(r["table"], r["row"]) for r in sorted(rows, key=lambda r: r["seq"])] == [
         ("s", 0), ("s_old", 1), ("s_new", 2), ("s", 3)]
+
+
+def test_a_backfill_waits_for_a_ddl_the_server_ran_ahead_of_the_stream(
+        spark, own, postgres, mariadb_target, tmp_path, monkeypatch):
+    """The backfill an ADD COLUMN ... DEFAULT queues reads the table as the server has it
+    now, which may be after a later ALTER the stream has not reached: its rows carried
+    that ALTER's column in a batch before the ALTER's ``s``, and the MariaDB mirror
+    stopped the table ("Unknown column"). The backfill now waits for the stream."""
+    monkeypatch.setenv("REKEY_PG_PASSWORD", postgres.password)
+    own.sql("CREATE TABLE shop.w (id INT PRIMARY KEY, v INT)",
+            "INSERT INTO shop.w SELECT seq, seq FROM shop.seq_1_to_40")
+    config = _config(tmp_path, own, postgres, batch=20)
+    config.write_text(config.read_text() + f"""  - mirror: {{target: mysql, host: {mariadb_target.host},
+              port: {mariadb_target.port}, user: {mariadb_target.user}, database: ahead}}
+""")
+    _in_process(spark, config)
+    own.sql("ALTER TABLE shop.w ADD COLUMN a INT NOT NULL DEFAULT 1",
+            *[f"UPDATE shop.w SET v = v + 1 WHERE id = {i}" for i in range(1, 40)],
+            "ALTER TABLE shop.w ADD COLUMN b VARCHAR(5) DEFAULT 'x'",
+            "UPDATE shop.w SET b = 'y' WHERE id = 2")
+    _in_process(spark, config)
+    for kind, server in (("postgresql", postgres), ("mysql", mariadb_target)):
+        assert_target_equals_source(own, server, kind, "shop", ["w"])
+    assert not mariadb_target.sql("SELECT 1 FROM ahead.mysqlcdc_mirror_stopped WHERE tbl = 'w'")
+    _current_equals_source(spark, own, tmp_path, "ahead", ("w",))

@@ -63,6 +63,11 @@ def _position(offset: dict) -> BinlogPosition:
     return BinlogPosition.of(offset["file"], int(offset["pos"]))
 
 
+def _shape(d) -> list[tuple[str, str]]:
+    """A table's columns as a chunk's rows carry them: names and base types."""
+    return [(c.name, c.data_type) for c in d.columns if c.system is None]
+
+
 def _base(offset: dict) -> dict:
     """The stream part of an offset, whatever else a planner put in it."""
     return {k: v for k, v in offset.items() if k != "snapshot"}
@@ -148,6 +153,7 @@ class SnapshotPhase:
         self.options = options
         self.planner = planner
         self._progress = _Progress()
+        self._waiting: tuple | None = None       # the backfill last said to wait
         folder = options.schema_history
         self._status = None if folder is None else Path(folder) / STATUS_FILE
         # the signal table's requests, and mysqlcdc's own (a table renamed into capture)
@@ -233,7 +239,7 @@ class SnapshotPhase:
         if taken is not None:
             snap["tables"], snap["signals"] = taken
         if snap.get("tables"):
-            snap = self._plan(snap)
+            snap = self._plan(snap, _position(end))
             self._report(snap, "backfill")
         else:
             snap["plan"] = []
@@ -241,8 +247,10 @@ class SnapshotPhase:
                 self._report(snap, "backfill")
         return {**_base(end), "snapshot": _canonical(snap)}
 
-    def _plan(self, snap: dict) -> dict:
-        """Probe the next chunks from ``snap``'s cursor; the cursor after them."""
+    def _plan(self, snap: dict, stream_end: BinlogPosition | None = None) -> dict:
+        """Probe the next chunks from ``snap``'s cursor; the cursor after them.
+        ``stream_end``: where the stream's batch ends; a backfill of a table the server
+        has already altered past it waits (``_ahead``)."""
         tables, after = list(snap.get("tables") or []), snap.get("after")
         chunk, done = int(snap.get("chunk") or 0), int(snap.get("done") or 0)
         table_chunks = int(snap.get("table_chunks") or 0)
@@ -252,6 +260,9 @@ class SnapshotPhase:
         while tables and len(plan) < count:
             name, where, kind = _entry(tables[0])
             table = self._table(sql, name)
+            if table is not None and kind != "snapshot" and stream_end is not None \
+                    and self._ahead(sql, table, stream_end):
+                break                          # planned again with the next batches
             pieces = None
             if table is not None:
                 pieces = self._probe(sql, table, after, count - len(plan), where, kind, name)
@@ -287,6 +298,28 @@ class SnapshotPhase:
         out = {**snap, "tables": tables, "after": after, "chunk": chunk, "plan": plan,
                "done": done, "table_chunks": table_chunks}
         return _canonical(out)
+
+    def _ahead(self, sql, table: SnapshotTable, stream_end: BinlogPosition) -> bool:
+        """Whether the server's table has columns the stream has not reached: a DDL
+        logged after ``stream_end``. A chunk reads the table as it is now, and its rows
+        sort after every change up to its read, but arrive in this batch, before the
+        DDL's ``s`` record: a mirror would get columns it does not have yet (or values
+        of a type it has not changed to). So the backfill waits until the stream has
+        passed the DDL; a table the history does not know, and a difference that stays
+        once the stream has caught up with the server, do not hold it."""
+        from mysqlcdc.capture.server import current_position
+
+        d = table.definition
+        known = self.planner().history.definition(d.db, d.name, stream_end)
+        if known is None or _shape(known) == _shape(d):
+            return False
+        if stream_end >= current_position(sql):
+            return False
+        if self._waiting != (d.db, d.name, stream_end.file):
+            self._waiting = (d.db, d.name, stream_end.file)
+            log.info("backfill of %s.%s waits for the stream to reach the DDL the server ran "
+                     "on it after %s", d.db, d.name, stream_end)
+        return True
 
     def _table(self, sql, name: str) -> SnapshotTable | None:
         from mysqlcdc.schema.introspect import load_keys, load_table
