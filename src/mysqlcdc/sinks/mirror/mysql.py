@@ -26,8 +26,9 @@ from datetime import datetime, timezone
 from mysqlcdc.schema.model import ColumnDef, TableDef
 from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import GEOMETRY_TYPES, python_value
-from mysqlcdc.sinks.mirror.writer import (ColumnChange, key_index_name, live_of, RetryableTargetError, SqlSavepoints,
-                                          TableRefused, TargetAuthError)
+from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
+                                          TableRefused, TargetAuthError, key_index_name,
+                                          live_of)
 
 __all__ = ["MySQLTarget", "mysql_type"]
 
@@ -39,7 +40,7 @@ _AUTH = {1044, 1045, 1698}
 
 _STRICT = "STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION,ERROR_FOR_DIVISION_BY_ZERO"
 _LAX = "NO_ENGINE_SUBSTITUTION,ALLOW_INVALID_DATES"
-_LAX_CODES = ("(1265,", "(1292,", "(1366,")      # truncated, wrong date, wrong value
+_LAX_CODES = {1265, 1292, 1366}      # data truncated, wrong date, wrong value
 
 
 def q(name: str) -> str:
@@ -116,7 +117,7 @@ class MySQLTarget(SqlSavepoints):
             code = err.args[0] if err.args and isinstance(err.args[0], int) else None
             if code in _GONE or isinstance(err, pymysql.err.InterfaceError) or not self.conn.open:
                 raise RetryableTargetError(_one_line(err)) from None
-            raise TableRefused(_one_line(err)) from None
+            raise TableRefused(_one_line(err), code) from None
 
     @property
     def _ledger(self) -> str:
@@ -291,7 +292,7 @@ class MySQLTarget(SqlSavepoints):
             try:
                 self._x(stmt, values, many=True)
             except TableRefused as err:
-                if not str(err).startswith(_LAX_CODES):
+                if err.code not in _LAX_CODES:
                     raise
                 self._lax(stmt, values)
 

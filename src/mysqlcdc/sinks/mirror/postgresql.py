@@ -34,8 +34,9 @@ from datetime import datetime
 from mysqlcdc.schema.model import ColumnDef, TableDef
 from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import BINARY_TYPES, GEOMETRY_TYPES, TEXT_TYPES, python_value
-from mysqlcdc.sinks.mirror.writer import (key_index_name, live_of,ColumnChange, RetryableTargetError, SqlSavepoints,
-                                          TableRefused, TargetAuthError)
+from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
+                                          TableRefused, TargetAuthError, key_index_name,
+                                          live_of)
 
 __all__ = ["PostgresTarget", "pg_type"]
 
@@ -202,12 +203,14 @@ class PostgresTarget(SqlSavepoints):
 
     def live_keys(self, d: TableDef, names: tuple[str, ...], keys: list[dict]) -> list[bool]:
         """For each key (values of the columns ``names``), whether the changelog table
-        ``d`` holds it live (its last row is not a deleted image, ``dml_type`` -1). The table gets an
-        index on those columns for it (once); committed, since no batch is open yet."""
+        ``d`` holds it live (its last row is not a deleted image, ``dml_type`` -1). The
+        table gets an index on those columns for it (once, under the DDL lock); committed,
+        since no batch is open yet."""
         from psycopg import sql
 
         index = sql.Identifier(key_index_name(d.name, names))
         cols = sql.SQL(", ").join(map(sql.Identifier, names))
+        self._ddl_lock()
         self._x(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
             index, self._name(d.db, d.name), cols))
         self.conn.commit()

@@ -68,7 +68,12 @@ class TargetAuthError(Exception):
 
 
 class TableRefused(Exception):
-    """Raised by targets when one table's change cannot be applied (stops that table)."""
+    """Raised by targets when one table's change cannot be applied (stops that table);
+    ``code``: the server's error number, where it gave one."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -475,7 +480,8 @@ def key_index_name(table: str, names: tuple[str, ...]) -> str:
     return f"{table[:40]}_key_{digest}"
 
 
-def live_of(keys: list[dict], names: tuple[str, ...], bind, query, *, part: int = 500) -> list[bool]:
+def live_of(keys: list[dict], names: tuple[str, ...], bind, query, *,
+            part: int = 500) -> list[bool]:
     """``live_keys``' common part: ``keys`` bound with ``bind(column, value)``, looked up
     ``part`` at a time with ``query(bound keys)`` (rows of the key columns and
     ``dml_type``, ``gsn`` order); the last row of each key decides: live unless it is a
