@@ -112,7 +112,8 @@ def test_per_key_order_over_many_keys_and_partitions(spark, mariadb, kafka, fres
     assert last is not None and last.position == end and last.pipeline == fresh_db
 
 
-def _pipeline(mariadb, kafka, db: str, tmp_path, start: BinlogPosition, **sink):
+def _pipeline(mariadb, kafka, db: str, tmp_path, start: BinlogPosition, *, more_sinks=(),
+              **sink):
     from mysqlcdc.config import load_pipeline_from_dict
 
     return load_pipeline_from_dict({
@@ -122,8 +123,32 @@ def _pipeline(mariadb, kafka, db: str, tmp_path, start: BinlogPosition, **sink):
                    "tables": {"include": [f"{db}.*"]}, "max_events_per_batch": 200},
         "spark": {"checkpoint": str(tmp_path / "ck"), "trigger_interval": "200 milliseconds"},
         "sinks": [{"kafka": {"bootstrap_servers": kafka.bootstrap, "delivery_timeout_s": 10,
-                             "topic_prefix": db, "partitions": 3, **sink}}],
+                             "topic_prefix": db, "partitions": 3, **sink}}, *more_sinks],
     })
+
+
+def test_a_changelog_sink_after_a_kafka_sink_writes_its_own_files(
+        spark, mariadb, kafka, fresh_db, tmp_path):
+    """Each sink's read tasks get that sink's task writer, whatever the sinks' order."""
+    import pyarrow.parquet as pq
+
+    from mysqlcdc.pipeline.runner import run_pipeline
+
+    start = binlog_position(mariadb)
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO `{fresh_db}`.t VALUES (1, 10), (2, 20)",
+                f"UPDATE `{fresh_db}`.t SET v = 21 WHERE id = 2")
+    out = tmp_path / "changelog"
+    cfg = _pipeline(mariadb, kafka, fresh_db, tmp_path, start,
+                    more_sinks=[{"changelog": {"path": str(out)}}])
+    run_pipeline(cfg, until_idle=True, spark=spark)
+    msgs = [json.loads(m.value()) for p in _messages(kafka, f"{fresh_db}.{fresh_db}.t").values()
+            for m in p]
+    assert sorted((m["op"], m["key"]["id"]) for m in msgs) == [
+        ("c", 1), ("c", 2), ("u", 2)]
+    rows = pq.read_table(sorted(str(f) for f in out.rglob("*.parquet"))).to_pylist()
+    assert sorted((r["op"], json.loads(r["key"])["id"]) for r in rows if r["op"] != "s") == [
+        ("c", 1), ("c", 2), ("u", 2)]
 
 
 def test_debezium_format_and_resume_from_sink_after_losing_the_checkpoint(

@@ -423,14 +423,17 @@ def start_queries(spark, cfg: PipelineConfig, ahead: dict[int, str] | None = Non
             queries.append(q)
             continue
         if isinstance(sink, KafkaSinkConfig):
-            from mysqlcdc.sinks.kafka import from_sink_config, start_kafka, task_writer
+            # aliased: a bare ``task_writer`` here would rebind the changelog's name for
+            # every later sink of this loop
+            from mysqlcdc.sinks.kafka import (from_sink_config as kafka_settings, start_kafka,
+                                              task_writer as kafka_task_writer)
 
             if history is None and sink.format == "debezium":
                 raise ConfigError(f"sink {index} (kafka, format debezium) needs a local "
                                   "spark.checkpoint: it reads column types from the schema "
                                   "history kept there")
-            settings = from_sink_config(sink, cfg.name, history)
-            df, written = _load(spark, cfg, index, options, history, task_writer(settings))
+            settings = kafka_settings(sink, cfg.name, history)
+            df, written = _load(spark, cfg, index, options, history, kafka_task_writer(settings))
             queries.append(start_kafka(df, settings, checkpoint=checkpoint,
                                        trigger_interval=trigger, write_tasks=sink.write_tasks,
                                        name=name, written=written is not None))
