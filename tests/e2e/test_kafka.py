@@ -113,14 +113,14 @@ def test_per_key_order_over_many_keys_and_partitions(spark, mariadb, kafka, fres
 
 
 def _pipeline(mariadb, kafka, db: str, tmp_path, start: BinlogPosition, *, more_sinks=(),
-              **sink):
+              include=None, **sink):
     from mysqlcdc.config import load_pipeline_from_dict
 
     return load_pipeline_from_dict({
         "name": db.replace("_", "-"),
         "source": {"host": mariadb.host, "port": mariadb.port, "user": mariadb.user,
                    "server_id": 3100 + int(db.rsplit("_", 1)[-1]), "start": str(start),
-                   "tables": {"include": [f"{db}.*"]}, "max_events_per_batch": 200},
+                   "tables": {"include": include or [f"{db}.*"]}, "max_events_per_batch": 200},
         "spark": {"checkpoint": str(tmp_path / "ck"), "trigger_interval": "200 milliseconds"},
         "sinks": [{"kafka": {"bootstrap_servers": kafka.bootstrap, "delivery_timeout_s": 10,
                              "topic_prefix": db, "partitions": 3, **sink}}, *more_sinks],
@@ -367,3 +367,45 @@ def test_a_broker_that_stays_down_stops_the_pipeline_with_a_named_error_and_lose
         broker.kill()
     assert {i for i, op, _ in changes if op == "c"} == set(range(1, 31))
     assert {i for i, op, _ in changes if op == "u"} == {i - 1 for i in range(3, 31, 3)}
+
+
+@pytest.mark.parametrize("fmt", ["mysqlcdc", "debezium"])
+def test_a_table_renamed_in_place_of_another_leaves_none_of_its_keys_in_the_topic(
+        spark, mariadb, kafka, fresh_db, tmp_path, fmt):
+    """An online schema change's cut-over: the name's topic gets a ``t`` at the RENAME,
+    then the new table's rows; a consumer that applies ``t`` ends with the new table."""
+    from mysqlcdc.pipeline.runner import run_pipeline
+
+    db = fresh_db
+    start = binlog_position(mariadb)
+    mariadb.sql(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)",
+                f"INSERT INTO `{db}`.t VALUES (1, 1), (2, 2), (3, 3)")
+    cfg = _pipeline(mariadb, kafka, db, tmp_path, start, include=[f"{db}.t"], format=fmt,
+                    schemas=False)
+    run_pipeline(cfg, until_idle=True, spark=spark)
+    mariadb.sql(f"CREATE TABLE `{db}`._t_gho LIKE `{db}`.t",
+                f"ALTER TABLE `{db}`._t_gho ADD COLUMN w INT DEFAULT 7",
+                f"INSERT INTO `{db}`._t_gho (id, v) SELECT id, v * 10 FROM `{db}`.t WHERE id < 3",
+                f"RENAME TABLE `{db}`.t TO `{db}`._t_del, `{db}`._t_gho TO `{db}`.t",
+                f"DROP TABLE `{db}`._t_del",
+                f"INSERT INTO `{db}`.t VALUES (4, 40, 8)")
+    run_pipeline(cfg, until_idle=True, spark=spark)
+
+    events = []
+    for m in (m for p in _messages(kafka, f"{db}.{db}.t").values() for m in p):
+        if m.value() is None:
+            continue
+        v = json.loads(m.value())
+        seq = v["source"]["seq"] if fmt == "debezium" else v["seq"]
+        events.append((int(seq), v["op"], v["after"], m.key()))
+    state = {}
+    for _, op, after, key in sorted(events, key=lambda e: e[0]):
+        if op == "t":
+            state.clear()
+        elif op == "d":
+            state.pop(key, None)
+        else:
+            state[key] = after
+    assert sorted((r["id"], r["v"], r.get("w")) for r in state.values()) == [
+        (1, 10, 7), (2, 20, 7), (4, 40, 8)]
+    assert [op for _, op, _, _ in sorted(events)].count("t") == 1

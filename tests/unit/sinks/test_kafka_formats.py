@@ -317,3 +317,35 @@ def test_a_batchs_messages_built_by_column_equal_the_row_encoders():
     for other in ({"format": "debezium"}, {"value_column": "v"}, {"topic_column": "t"}):
         settings = KafkaSettings(producer={"bootstrap.servers": "b"}, **other)
         assert batch_messages(settings, _envelope_batch(rows)) is None
+
+
+def test_a_ddl_that_leaves_no_table_under_a_name_is_a_truncate_in_its_topic():
+    """A RENAME's old name (and a DROP) voids what the name's topic holds: a ``t`` at the
+    DDL's place; every ``s`` still goes to the schema-change topic."""
+    import pyarrow as pa
+
+    from mysqlcdc.envelope.model import ARROW_SCHEMA
+    from mysqlcdc.sinks.kafka.publish import split_schema_changes
+
+    def row(op, table, pos, row_=0, after=None, before=None, key=None):
+        return {**dict.fromkeys(ARROW_SCHEMA.names), "op": op, "db": "shop", "table": table,
+                "before": before, "after": after, "key": key, "file": "b.000001", "pos": pos,
+                "row": row_, "seq": Decimal(make_seq(1, pos, row_)), "query": "RENAME ..."}
+
+    rows = [row("c", "t", 10, after='{"id":1}', key='{"id":1}'),
+            row("s", "t", 20, 0, before='{"name":"t"}'),                        # t renamed away
+            row("s", "_t_gho", 20, 1, before='{"n":1}'),                         # gho away
+            row("s", "t", 20, 2, before='{"n":1}', after='{"name":"t"}'),        # gho becomes t
+            row("r", "t", 30, after='{"id":2}', key='{"id":2}'),
+            row("s", "x", 40, 0, before='{"name":"x"}', after='{"name":"x","v":1}')]  # ALTER
+    batch = pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)
+    settings = KafkaSettings(producer={"bootstrap.servers": "b:9092"}, prefix="p")
+    changes, schema_rows = split_schema_changes(settings, batch)
+    got = changes.to_pylist()
+    assert [(r["op"], r["table"], r["pos"], r["row"]) for r in got] == [
+        ("c", "t", 10, 0), ("t", "t", 20, 0), ("t", "_t_gho", 20, 1), ("r", "t", 30, 0)]
+    assert all(r["before"] is None and r["after"] is None and r["key"] is None
+               for r in got if r["op"] == "t")
+    assert got[1]["query"] == "RENAME ..."
+    assert [(r["table"], r["row"]) for r in schema_rows] == [("t", 0), ("_t_gho", 1), ("t", 2),
+                                                             ("x", 0)]

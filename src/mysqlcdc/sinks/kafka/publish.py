@@ -73,12 +73,29 @@ class HistoryDefinitions:
 def split_schema_changes(settings: KafkaSettings, batch: pa.RecordBatch
                          ) -> tuple[pa.RecordBatch, list[dict]]:
     """``batch``'s row changes, and its schema changes (``op = s``) as the records the
-    commit step publishes (none without a schema-change topic)."""
+    commit step publishes (none without a schema-change topic).
+
+    A schema change that leaves no table under its name (a DROP, the old name of a
+    RENAME) also stays among the row changes as a ``t`` of that name, at its place: the
+    table's topic then tells a consumer that every key it holds for the name is void,
+    as the changelog's current state starts again at such a DDL. Without it, a table
+    that a RENAME puts in place of another (an online schema change's cut-over) or that
+    is created again after a DROP would keep the old table's rows in the topic."""
     is_schema = pc.equal(batch.column("op"), "s")
     if not pc.any(is_schema).as_py():
         return batch, []
     schema_rows = batch.filter(is_schema).to_pylist() if settings.schema_change_topic else []
-    return batch.filter(pc.invert(is_schema)), schema_rows
+    gone = pc.and_(is_schema, pc.is_null(batch.column("after")))
+    if not pc.any(gone).as_py():
+        return batch.filter(pc.invert(is_schema)), schema_rows
+    changes = batch.filter(pc.or_(pc.invert(is_schema), gone))
+    was_gone = pc.and_(pc.equal(changes.column("op"), "s"), pc.is_null(changes.column("after")))
+    names = changes.schema.names
+    columns = list(changes.columns)
+    columns[names.index("op")] = pc.if_else(was_gone, "t", changes.column("op"))
+    before = changes.column("before")
+    columns[names.index("before")] = pc.if_else(was_gone, pa.scalar(None, before.type), before)
+    return pa.RecordBatch.from_arrays(columns, schema=changes.schema), schema_rows
 
 
 def encode_messages(settings: KafkaSettings, changes: pa.RecordBatch,
