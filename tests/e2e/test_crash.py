@@ -175,7 +175,8 @@ def test_sigterm_stops_the_pipeline_and_every_process_it_started(mariadb, fresh_
     while (alive := {p for p in family if _running(p)}) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not alive, {p: Path(f"/proc/{p}/cmdline").read_bytes()[:200] for p in alive}
-    assert "stopped" in (tmp_path / "pipeline.log").read_text()
+    log = (tmp_path / "pipeline.log").read_text()
+    assert "stopped" in log and "Traceback" not in log and "Error" not in log, log[-3000:]
 
 
 def test_a_run_that_died_writing_its_offset_log_starts_again(spark, mariadb, fresh_db, tmp_path):

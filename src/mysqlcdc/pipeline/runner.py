@@ -617,13 +617,16 @@ def _plain_interrupt() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def interrupt(signum, frame):   # noqa: ARG001
-        logging.getLogger().setLevel(logging.CRITICAL)
-        for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
-        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, _interrupt)
 
-    signal.signal(signal.SIGINT, interrupt)
+
+def _interrupt(signum, frame) -> None:   # noqa: ARG001
+    """Stop where the main thread is, with the bridge silenced: a call into the JVM it
+    cuts short would log its stack (``KeyboardInterrupt while sending command``)."""
+    logging.getLogger().setLevel(logging.CRITICAL)
+    for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    raise KeyboardInterrupt
 
 
 def _stop_on_sigterm() -> None:
@@ -636,10 +639,7 @@ def _stop_on_sigterm() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
-    def terminate(signum, frame):   # noqa: ARG001
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def _named_start_failure(cfg: PipelineConfig, exc: Exception) -> BaseException:

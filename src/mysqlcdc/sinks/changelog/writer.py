@@ -37,6 +37,7 @@ from mysqlcdc.sinks.changelog.files import FILES_DDL, PartFiles, owner_tag, remo
 from mysqlcdc.sinks.changelog.settings import ChangelogSettings
 from mysqlcdc.sinks.changelog.sinklog import SinkLog
 from mysqlcdc.sinks.deltacommit import commit_once, open_table, table_uri
+from mysqlcdc.spark.stopping import quiet_on_stop
 from mysqlcdc.spark.taskwrite import note_written
 
 __all__ = ["start_changelog", "task_writer", "read_changelog", "current_state_sql",
@@ -71,12 +72,13 @@ def start_changelog(df, settings: ChangelogSettings, *, checkpoint: str, trigger
             log.warning("changelog %s: removed %d unfinished file(s) of killed tasks",
                         settings.path, gone)
     if settings.format == "delta":
-        writer = df.writeStream.foreachBatch(
-            delta_batch_writer(settings, checkpoint, written=written))
+        writer = df.writeStream.foreachBatch(quiet_on_stop(
+            delta_batch_writer(settings, checkpoint, written=written)))
     elif written is not None:
         SinkLog(root).begin()
         remove_orphans(settings.path)
-        writer = df.writeStream.foreachBatch(parquet_batch_committer(settings, checkpoint))
+        writer = df.writeStream.foreachBatch(quiet_on_stop(parquet_batch_committer(settings,
+                                                                                 checkpoint)))
     else:
         remove_orphans(settings.path)
         writer = df.writeStream.format("parquet").option("path", settings.path).outputMode("append")

@@ -14,6 +14,7 @@ def start_changelog_table(df, settings: ChangelogTableSettings, *, checkpoint: s
     from mysqlcdc.sinks.changelog_table.writer import ChangelogDefinitions, changelog_rows
     from mysqlcdc.sinks.mirror import make_target
     from mysqlcdc.sinks.mirror.writer import foreach_batch
+    from mysqlcdc.spark.stopping import quiet_on_stop
 
     target = settings.target
     run = foreach_batch(target, lambda: make_target(target), checkpoint,
@@ -21,7 +22,8 @@ def start_changelog_table(df, settings: ChangelogTableSettings, *, checkpoint: s
                         transform=lambda rows, live: changelog_rows(rows, settings.suffix,
                                                                     live=live),
                         ledger_name=settings.ledger_name, keep_on_create=True)
-    writer = df.writeStream.foreachBatch(run).option("checkpointLocation", checkpoint)
+    writer = df.writeStream.foreachBatch(quiet_on_stop(run)).option("checkpointLocation",
+                                                                    checkpoint)
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=trigger_interval))
     if name:

@@ -61,9 +61,10 @@ def start_kafka(df, settings: KafkaSettings, *, checkpoint: str,
         from dataclasses import replace
 
         from mysqlcdc.sinks.kafka.writer import task_batch_committer
+        from mysqlcdc.spark.stopping import quiet_on_stop
 
-        writer = (df.writeStream.foreachBatch(task_batch_committer(
-            replace(settings, checkpoint=checkpoint), tasks))
+        writer = (df.writeStream.foreachBatch(quiet_on_stop(task_batch_committer(
+            replace(settings, checkpoint=checkpoint), tasks)))
             .option("checkpointLocation", checkpoint))
         writer = (writer.trigger(availableNow=True) if available_now
                   else writer.trigger(processingTime=trigger_interval))

@@ -51,9 +51,10 @@ def start_mirror(df, settings: MirrorSettings, *, checkpoint: str,
                  available_now: bool = False):
     """Start the query keeping ``settings``' target equal to the source tables."""
     from mysqlcdc.sinks.mirror.writer import foreach_batch
+    from mysqlcdc.spark.stopping import quiet_on_stop
 
-    writer = (df.writeStream.foreachBatch(foreach_batch(
-        settings, lambda: make_target(settings, checkpoint), checkpoint))
+    writer = (df.writeStream.foreachBatch(quiet_on_stop(foreach_batch(
+        settings, lambda: make_target(settings, checkpoint), checkpoint)))
               .option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=trigger_interval))

@@ -27,14 +27,15 @@ def start_plugins(df, settings: PluginsSettings, *, checkpoint: str,
                   trigger_interval: str = "1 second", name: str | None = None):
     """Start the query calling the plugins for every change of ``df``."""
     from mysqlcdc.sinks.plugins.writer import PluginRunner
+    from mysqlcdc.spark.stopping import quiet_on_stop
 
     runner = PluginRunner(settings)
 
     def each_batch(batch_df, batch_id: int) -> None:
         runner.run_batch(int(batch_id), batch_df.toArrow())
 
-    writer = (df.writeStream.foreachBatch(each_batch).option("checkpointLocation", checkpoint)
-              .trigger(processingTime=trigger_interval))
+    writer = (df.writeStream.foreachBatch(quiet_on_stop(each_batch))
+              .option("checkpointLocation", checkpoint).trigger(processingTime=trigger_interval))
     if name:
         writer = writer.queryName(name)
     try:
