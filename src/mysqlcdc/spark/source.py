@@ -126,6 +126,11 @@ def _read_chunk(chunk) -> Iterator[pa.RecordBatch]:
     return read_reset(chunk) if isinstance(chunk, ResetTask) else read_chunk(chunk)
 
 
+# a new pipeline that starts at ``latest`` takes the server's position again this many
+# times when a DDL runs between that position and the definitions it reads
+_LATEST_TRIES = 10
+
+
 class MysqlcdcDataSource(DataSource):
     """Row changes of a MySQL/MariaDB server's binlog, one envelope row each."""
 
@@ -225,10 +230,27 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if seek is not None:                # a seek before the first batch: start there
             return seek.offset()
         from mysqlcdc.capture.positions import resolve_start
+        from mysqlcdc.errors import SchemaBootstrapError
 
-        start, gtid = self._through_outages(lambda p: resolve_start(
-            p, self._finder(p), self.options.start))
-        return self._through_outages(lambda p: self._snapshot.initial(start, _offset(start, gtid)))
+        latest = self.options.start == "latest"
+        for attempt in range(1, _LATEST_TRIES + 1):
+            start, gtid = self._through_outages(lambda p: resolve_start(
+                p, self._finder(p), self.options.start))
+            try:
+                if latest:
+                    # "now": the schema history starts here at once, before a DDL made in
+                    # the next instant can come between the position and the definitions
+                    self._through_outages(lambda p: p._ensure_history(start))
+                return self._through_outages(
+                    lambda p: self._snapshot.initial(start, _offset(start, gtid)))
+            except SchemaBootstrapError:
+                # a DDL of a captured table ran between reading the server's position and
+                # its definitions: "latest" is the server's position after it, as well
+                if not latest or attempt == _LATEST_TRIES:
+                    raise
+                log.info("a DDL ran as the pipeline started at %s; starting at the server's "
+                         "position again", start)
+        raise AssertionError("unreachable")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_events_per_batch
