@@ -501,6 +501,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         if a.resume is not None:      # resumed: its history is made, it can start now
             a.start()
     history_ready = history_ahead(cfg, on_ready=lambda: [a.start() for a in aheads.values()])
+    owns_spark = spark is None
     if spark is None:                # this process owns Spark: stop it on SIGTERM too
         try:
             spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
@@ -556,6 +557,8 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         queries_stopped(cfg, queries)
         for a in aheads.values():
             a.stop()
+        if interrupted and owns_spark:
+            _stop_spark(spark)
     for q in queries:
         failed = q.exception()
         if failed is not None:
@@ -605,6 +608,20 @@ def queries_stopped(cfg: PipelineConfig, queries) -> None:
 
         for q in queries:
             stopped(q)
+
+
+def _stop_spark(spark) -> None:
+    """Spark stopped in order after an interrupt (the JVM may be gone after Ctrl-C): its
+    Python-side servers and workers end with it, instead of printing the stacks of their
+    broken connections when the JVM dies under them as this process exits."""
+    context = getattr(spark, "sparkContext", None)
+    server = getattr(context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, address: None
+    try:
+        spark.stop()
+    except Exception:   # noqa: BLE001 - stopping what may be stopped already
+        pass
 
 
 def _plain_interrupt() -> None:
