@@ -148,6 +148,11 @@ def test_a_column_added_with_a_default_reads_the_table_again(spark, own, postgre
             "DELETE FROM shop.filled WHERE id = 2")
     _in_process(spark, config)
     _current_equals_source(spark, own, tmp_path, "filled", ("filled",))
+    # the two DDLs queued a read each; the second came before the first had begun, so
+    # one read of the table served both
+    reads = spark.sql("SELECT count(*) AS n FROM filled WHERE `table` = 'filled' AND op = 'r' "
+                      "AND query LIKE 'backfill%'").collect()[0]["n"]
+    assert reads == 59
     assert_target_equals_source(own, postgres, "postgresql", "shop", ["filled"])
     assert_target_equals_source(own, redis_server, "redis", "shop", ["filled"])
 

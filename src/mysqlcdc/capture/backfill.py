@@ -371,10 +371,12 @@ class SnapshotPhase:
                 log.error("%s", SnapshotRequestError(f"signal {signal.id!r} is ignored: {refused}"))
                 continue
             for r in requests:
-                tables = self._apply(tables, r)
+                tables = self._apply(tables, r, started=snap.get("after") is not None)
         return tables, list(found[-1].key)
 
-    def _apply(self, tables: list, request) -> list:
+    def _apply(self, tables: list, request, started: bool = False) -> list:
+        """``tables`` (the pending entries) with ``request`` applied. ``started``: the
+        first entry's table is being read (a cursor is set)."""
         if request.action == "stop":
             kept = [e for e in tables if _entry(e)[2] == "snapshot"
                     or (request.table is not None and _entry(e)[0] != request.table)]
@@ -387,6 +389,14 @@ class SnapshotPhase:
                 f"signal {request.id!r} asks for a snapshot of {request.table!r}, which this "
                 "pipeline does not capture"))
             return tables
+        if request.where is None:
+            waiting = tables[1:] if started else tables
+            if any(_entry(e) == (request.table, None, "backfill") for e in waiting):
+                # a read of the whole table not begun yet reads it as the server has it
+                # when it begins, after this request's DDL: one read serves both
+                log.info("signal %s: a backfill of %s not begun yet is queued already and "
+                         "serves this one too", request.id, request.table)
+                return tables
         log.warning("signal %s: backfill of %s%s queued", request.id, request.table,
                     f" WHERE {request.where}" if request.where else "")
         entry = {"table": request.table, "where": request.where, "id": request.id,
