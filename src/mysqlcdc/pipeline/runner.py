@@ -558,7 +558,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
         for a in aheads.values():
             a.stop()
         if interrupted and owns_spark:
-            _stop_spark(spark)
+            _quiet_exit(spark)
     for q in queries:
         failed = q.exception()
         if failed is not None:
@@ -610,18 +610,15 @@ def queries_stopped(cfg: PipelineConfig, queries) -> None:
             stopped(q)
 
 
-def _stop_spark(spark) -> None:
-    """Spark stopped in order after an interrupt (the JVM may be gone after Ctrl-C): its
-    Python-side servers and workers end with it, instead of printing the stacks of their
-    broken connections when the JVM dies under them as this process exits."""
+def _quiet_exit(spark) -> None:
+    """After an interrupt this process exits and the JVM ends under PySpark's accumulator
+    server, which would print the stack of its broken connection: told to keep quiet.
+    (Spark is not stopped here: a query's stream thread may still be ending, and it
+    prints its own stack when the RPC environment goes first.)"""
     context = getattr(spark, "sparkContext", None)
     server = getattr(context, "_accumulatorServer", None)
     if server is not None:
         server.handle_error = lambda request, address: None
-    try:
-        spark.stop()
-    except Exception:   # noqa: BLE001 - stopping what may be stopped already
-        pass
 
 
 def _plain_interrupt() -> None:
