@@ -24,6 +24,7 @@ Everything a read task needs travels in a :class:`SchemaView` (picklable).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from bisect import bisect_right
@@ -309,9 +310,13 @@ class SchemaHistory:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in fresh)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
-            os.write(fd, text.encode("utf-8"))
+            fcntl.flock(fd, fcntl.LOCK_EX)      # the processes of a pipeline append in turn
+            _cut_torn_tail(fd)
+            data = memoryview(text.encode("utf-8"))
+            while data:                         # a write may take less than it is given
+                data = data[os.write(fd, data):]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -445,3 +450,22 @@ class SchemaHistory:
                     "from": None if res is None or res.planned is None else str(res.planned)}))
         rows.sort(key=lambda r: r[0])
         return [r for _, r in rows]
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Remove what a writer killed mid-append left after the file's last newline: a
+    record never acknowledged (the reader passes over it as the last line), which the
+    next append would otherwise glue to the front of its own, making that line
+    unreadable for good."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    end, step = size, 1 << 16
+    while end > 0:
+        start = max(0, end - step)
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at >= 0:
+            os.ftruncate(fd, start + at + 1)
+            return
+        end = start
+    os.ftruncate(fd, 0)
