@@ -1,6 +1,6 @@
 """A ``foreachBatch`` function cut short by its query's stop, told to Spark in few words.
 
-Stopping a query (Ctrl-C, SIGTERM, ``mysqlcdc serve``'s stop or pause) interrupts its
+Stopping a query (Ctrl-C, SIGTERM, a stop through ``mysqlcdc serve``) interrupts its
 stream thread while the sink's Python function may be inside a call into the JVM. The
 call fails with a ``Py4JJavaError`` whose text carries the whole Java stack, and Spark
 decides whether the query failed or was stopped by matching that text with a regular
@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
-__all__ = ["quiet_on_stop", "QueryInterrupted"]
+__all__ = ["quiet_on_stop", "interruption", "QueryInterrupted"]
 
 # what Spark's stream execution takes for "interrupted by stop" in a Python error
 _CALL = "py4j.protocol." + "Py4JJavaError: An error occurred while calling"
