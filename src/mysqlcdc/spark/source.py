@@ -233,7 +233,8 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from mysqlcdc.errors import SchemaBootstrapError
 
         latest = self.options.start == "latest"
-        for attempt in range(1, _LATEST_TRIES + 1):
+        tries = _LATEST_TRIES if latest else 1
+        for attempt in range(1, tries + 1):
             start, gtid = self._through_outages(lambda p: resolve_start(
                 p, self._finder(p), self.options.start))
             try:
@@ -246,11 +247,10 @@ class MysqlcdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             except SchemaBootstrapError:
                 # a DDL of a captured table ran between reading the server's position and
                 # its definitions: "latest" is the server's position after it, as well
-                if not latest or attempt == _LATEST_TRIES:
+                if attempt == tries:
                     raise
                 log.info("a DDL ran as the pipeline started at %s; starting at the server's "
                          "position again", start)
-        raise AssertionError("unreachable")
 
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_events_per_batch

@@ -18,7 +18,7 @@ from typing import Callable
 __all__ = ["quiet_on_stop", "interruption", "QueryInterrupted"]
 
 # what Spark's stream execution takes for "interrupted by stop" in a Python error
-_CALL = "py4j.protocol." + "Py4JJavaError: An error occurred while calling"
+_CALL = "py4j.protocol.Py4JJavaError: An error occurred while calling"
 _INTERRUPTIONS = ("java.lang.InterruptedException", "java.io.InterruptedIOException",
                   "java.nio.channels.ClosedByInterruptException")
 
@@ -56,6 +56,6 @@ def quiet_on_stop(fn: Callable) -> Callable:
             short = interruption(err)
             if short is None:
                 raise
-        raise short
+        raise short          # outside the handler: the long error is not chained to it
 
     return run

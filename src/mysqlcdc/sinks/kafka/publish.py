@@ -88,8 +88,8 @@ def split_schema_changes(settings: KafkaSettings, batch: pa.RecordBatch
     gone = pc.and_(is_schema, pc.is_null(batch.column("after")))
     if not pc.any(gone).as_py():
         return batch.filter(pc.invert(is_schema)), schema_rows
-    changes = batch.filter(pc.or_(pc.invert(is_schema), gone))
-    was_gone = pc.and_(pc.equal(changes.column("op"), "s"), pc.is_null(changes.column("after")))
+    keep = pc.or_(pc.invert(is_schema), gone)
+    changes, was_gone = batch.filter(keep), pc.filter(gone, keep)
     names = changes.schema.names
     columns = list(changes.columns)
     columns[names.index("op")] = pc.if_else(was_gone, "t", changes.column("op"))
