@@ -107,3 +107,32 @@ def test_follow_a_failover_by_gtid(spark, topology, mariadb, tmp_path):
     _write(replica, 41, 41)
     run_pipeline(moved, until_idle=True, spark=spark)
     assert spark.read.parquet(str(tmp_path / "changelog")).count() == len(rows) + 1
+
+
+def test_a_failover_behind_a_ddl_carries_the_schema_history_over(spark, topology, tmp_path):
+    """The pipeline stopped before an ALTER that both servers have run: the new server's
+    definitions of today do not describe the rows before it, so the history is carried
+    over from the old server's at the committed GTID set, not bootstrapped again."""
+    primary, replica = topology
+    primary.sql("CREATE DATABASE shop", "CREATE TABLE shop.item (id INT PRIMARY KEY, v TEXT)")
+    cfg = _cfg(primary, tmp_path, str(binlog_position(primary)))
+    _write(primary, 1, 5)
+    run_pipeline(cfg, until_idle=True, spark=spark)
+    _write(primary, 6, 8, update=[1])                            # behind the pipeline: read
+    primary.sql("ALTER TABLE shop.item ADD COLUMN w INT DEFAULT 7",   # from the replica
+                "INSERT INTO shop.item VALUES (9, 'v9', 9)")
+    wait_replicated(primary, replica)
+    primary.stop()
+    replica.sql("STOP SLAVE", "RESET SLAVE ALL",
+                "ALTER TABLE shop.item DROP COLUMN v",           # after the failover
+                "INSERT INTO shop.item VALUES (10, 10)")
+
+    run_pipeline(_cfg(replica, tmp_path, str(cfg.source.start)), until_idle=True, spark=spark)
+
+    rows = spark.read.parquet(str(tmp_path / "changelog")).orderBy("seq").collect()
+    after = [(r["op"], json.loads(r["after"])) for r in rows if r["op"] in "cu"]
+    assert after[5:] == [("c", {"id": 6, "v": "v6"}), ("c", {"id": 7, "v": "v7"}),
+                         ("c", {"id": 8, "v": "v8"}), ("u", {"id": 1, "v": "u1-%d" % primary.port}),
+                         ("c", {"id": 9, "v": "v9", "w": 9}), ("c", {"id": 10, "w": 10})]
+    folder = tmp_path / "ck" / "0-changelog" / "mysqlcdc-schema"
+    assert list(folder.glob("schema-history.jsonl.failover-*"))  # the old server's history

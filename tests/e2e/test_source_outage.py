@@ -225,10 +225,19 @@ def test_an_outage_longer_than_max_wait_is_one_line_and_resumes(spark, own, tmp_
     assert "[SERVER_UNREACHABLE]" in err and "unreachable for" in err
     assert "the checkpoint is at " in err and "run again to resume" in err
     assert "Traceback" not in err and "SQLSTATE" not in err
-    # The next run resumes exactly where the checkpoint stands.
+    # The next run resumes exactly where the checkpoint stands, and, started while the
+    # server is still down, waits for it as a running one does (its checks included).
     own.sql(*[f"INSERT INTO shop.item VALUES ({i}, 0)" for i in range(51, 81)])
+    own.shutdown()
+    seen = len(_err(config))
     again = _start(config, "--until-idle")
+    try:
+        time.sleep(3)
+        assert again.poll() is None, _err(config)[seen:]
+    finally:
+        own.resume()
     assert again.wait(timeout=180) == 0, _err(config)[-3000:]
+    assert "unreachable since" in _err(config)[seen:]
     assert _captured(spark, tmp_path) == list(range(1, 81))
 
 

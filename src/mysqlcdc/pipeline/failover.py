@@ -15,9 +15,14 @@ compared with the configured server's:
 
 Following it is a seek by GTID set on the new server: the batches planned after the
 last commit are dropped (their positions are the old server's), the schema history and
-the identity record are moved aside (the history is bootstrapped again at the new
-position, as for a new pipeline, and the new server's identity recorded), and the next
-micro-batch is a seek batch to where the GTID set ends on the new server. The offsets'
+the identity record are moved aside (the new server's identity is recorded at the next
+start), and the next micro-batch is a seek batch to where the GTID set ends on the new
+server. The new history starts there with the old history's definitions at the last
+committed position: the same transactions have run on both servers up to that point, so
+the tables are what they were, and the DDL logged since on the new server (the pipeline
+may be far behind it after an outage) is walked as the stream reaches it. Only an old
+history that holds quarantines, resolutions or no bootstrap is not carried over: then
+the history is bootstrapped from the new server, as for a new pipeline. The offsets'
 ``epoch`` grows by one, so every seq from the new server sorts after the old server's.
 At most the uncommitted batch is read again (from the new server).
 """
@@ -36,6 +41,8 @@ from mysqlcdc.config.models import PipelineConfig
 from mysqlcdc.errors import SourceChangedError
 from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol.connection import connect_sql, query
+from mysqlcdc.schema.history import SchemaHistory
+from mysqlcdc.types import BinlogPosition
 from mysqlcdc.spark.checkpoint import committed_batches, local_dir, offset_data
 
 __all__ = ["follow_failover", "missing_transactions"]
@@ -46,7 +53,9 @@ log = logging.getLogger(__name__)
 def follow_failover(cfg: PipelineConfig) -> list[str]:
     """Check every sink's recorded server against the configured one; follow a failover
     (see the module doc). Returns one line per sink that followed one."""
-    from mysqlcdc.pipeline.runner import connection_settings, schema_history_dir, sink_checkpoint
+    from mysqlcdc.pipeline.runner import (connection_settings, retry_policy,
+                                          schema_history_dir, sink_checkpoint)
+    from mysqlcdc.protocol import retry
 
     notes: list[str] = []
     conn = None
@@ -57,9 +66,10 @@ def follow_failover(cfg: PipelineConfig) -> list[str]:
             record = _record(folder)
             if record is None or checkpoint is None or not (checkpoint / "offsets").is_dir():
                 continue
-            if conn is None:
-                conn = connect_sql(connection_settings(cfg))
-            now = source_identity(conn)
+            if conn is None:       # a pipeline with a checkpoint waits out an outage here
+                settings = connection_settings(cfg)              # as everywhere else
+                conn, now = retry.call(lambda: _identity(settings), retry_policy(cfg),
+                                       settings.address)
             old = SourceIdentity.from_json(record["identity"])
             if old.differs(now) is None or not _another_server(old, now):
                 continue                  # the same server: the planner's checks apply
@@ -70,6 +80,15 @@ def follow_failover(cfg: PipelineConfig) -> list[str]:
     for note in notes:
         log.warning("pipeline %s: %s", cfg.name, note)
     return notes
+
+
+def _identity(settings) -> tuple[object, SourceIdentity]:
+    conn = connect_sql(settings)
+    try:
+        return conn, source_identity(conn)
+    except BaseException:
+        conn.close()
+        raise
 
 
 def _record(folder: str | None) -> dict | None:
@@ -114,8 +133,11 @@ def _follow(cfg: PipelineConfig, index: int, folder: Path, checkpoint: Path,
     finder = PositionFinder(settings, cfg.source.sink_server_id(index), lambda: conn,
                             retry_policy(cfg))
     position, _ = finder.resolve_gtid(ours)
+    carried = _definitions_at(folder, committed)
     dropped = drop_uncommitted(checkpoint)
     archive_history(folder, "failover")
+    if carried is not None:
+        SchemaHistory(folder).bootstrap(position, carried)
     source = folder / "source.json"
     if source.exists():
         source.rename(folder / f"source.json.failover-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -127,6 +149,16 @@ def _follow(cfg: PipelineConfig, index: int, folder: Path, checkpoint: Path,
             f"{now.server_id}, was {old.server_id}): GTID set {ours} ends at {position} there"
             + (f"; batch(es) {dropped} planned on the old server are read again from it"
                if dropped else ""))
+
+
+def _definitions_at(folder: Path, committed: dict) -> dict | None:
+    """Every table's definition in the sink's schema history at the committed offset's
+    position on the old server (where its GTID set ends there), or None when the history
+    cannot be carried over (see the module doc)."""
+    history = SchemaHistory(folder)
+    if not history.bootstrapped or history.quarantines or history.resolutions:
+        return None
+    return history.tables_at(BinlogPosition.of(committed["file"], int(committed["pos"])))
 
 
 def missing_transactions(conn, ours: GtidSet) -> str | None:
