@@ -100,9 +100,8 @@ def test_changelog_table_config_and_rows():
 
 
 def test_changelog_rows_read_again_are_zero_for_live_keys():
-    """A backfill's read of a key the log holds live (the target says so, or a change
-    earlier in the batch made it live) is 0; one of a key it does not hold is +1; the
-    initial snapshot's reads are +1 without asking."""
+    """A read of a key the log holds live (the target says so, or a change earlier in the
+    batch made it live) is 0; one of a key it does not hold is +1."""
     import json
 
     from mysqlcdc.sinks.changelog_table.writer import changelog_rows
@@ -111,9 +110,9 @@ def test_changelog_rows_read_again_are_zero_for_live_keys():
             "server_id": 7, "before": None}
     asked = []
 
-    def live(db, table, file, pos, names, keys):
+    def last_rows(db, table, file, pos, names, keys):
         asked.append((db, table, names, keys))
-        return [k["id"] == 1 for k in keys]
+        return [(1, Decimal(2)) if k["id"] == 1 else None for k in keys]
 
     def read(i, seq, query="backfill"):
         return {**base, "op": "r", "after": f'{{"id": {i}}}', "key": f'{{"id": {i}}}',
@@ -124,10 +123,65 @@ def test_changelog_rows_read_again_are_zero_for_live_keys():
         read(3, 14), read(4, 15, "backfill:last_in_table"),
         {**base, "op": "d", "before": '{"id": 1}', "after": None, "key": '{"id": 1}',
          "seq": Decimal(16)},
-        read(1, 17)], "_log", live=live)
+        read(1, 17)], "_log", last_rows=last_rows)
     got = [(json.loads(r["after"])["id"], json.loads(r["after"])["dml_type"]) for r in rows]
     assert got == [(1, 0), (2, 1), (9, 1), (3, 1), (3, 0), (4, 1), (1, -1), (1, 1)]
-    assert asked == [("d", "t_log", ["id"], [{"id": 1}, {"id": 2}, {"id": 3}, {"id": 4}])]
+    assert asked == [("d", "t_log", ["id"],
+                      [{"id": 1}, {"id": 2}, {"id": 9}, {"id": 3}, {"id": 4}])]
+
+
+def test_changelog_rows_count_each_image_once_whatever_the_snapshot_order():
+    """A snapshot chunk's read of a key reaches the log before the stream's older changes
+    of it (they sort before the chunk's high watermark): those are already in the read's
+    image, so they are 0. A key changed while its chunk was read is not in the chunk: the
+    old image of its first change was never counted, so it is 0, not -1. SUM(dml_type)
+    per key is then 1 for live keys and 0 for deleted ones, and SUM(v * dml_type) counts
+    each live value once."""
+    import json
+
+    from mysqlcdc.sinks.changelog_table.writer import changelog_rows
+
+    base = {"db": "d", "table": "t", "file": "b.000001", "pos": 10, "txn_id": None,
+            "server_id": 7}
+    logged: dict[int, list[tuple[int, Decimal, int]]] = {}    # the target: id -> rows
+
+    def last_rows(db, table, file, pos, names, keys):                 # counted rows
+        counted = {i: [r for r in rows if r[0]] for i, rows in logged.items()}
+        return [counted[k["id"]][-1][:2] if counted.get(k["id"]) else None for k in keys]
+
+    def apply(batch):
+        for r in changelog_rows(batch, "_log", last_rows=last_rows):
+            row = json.loads(r["after"])
+            logged.setdefault(row["id"], []).append((row["dml_type"], Decimal(row["gsn"]),
+                                                     row["v"]))
+            logged[row["id"]].sort(key=lambda x: x[1])
+
+    def img(i, v):
+        return json.dumps({"id": i, "v": v})
+
+    def change(op, i, seq, before=None, after=None):
+        return {**base, "op": op, "key": json.dumps({"id": i}), "seq": Decimal(seq),
+                "before": None if before is None else img(i, before),
+                "after": None if after is None else img(i, after), "query": None}
+
+    # the snapshot's chunks (state at their high watermarks, seq 100 and 200), first
+    apply([change("r", 1, 100, after=2), change("r", 3, 100, after=30),
+           change("r", 5, 200, after=50)])
+    # then the stream from the snapshot's start: 1 updated and 2 deleted before the
+    # chunk read them; 4 updated and 6 deleted inside the chunk's window (dropped from
+    # it); 7 inserted and 3 updated after it; 5 deleted after it
+    apply([change("u", 1, 50, before=1, after=2), change("d", 2, 60, before=9),
+           change("u", 4, 150, before=40, after=41), change("d", 6, 160, before=60),
+           change("c", 7, 170, after=70), change("u", 3, 250, before=30, after=31)])
+    apply([change("d", 5, 300, before=50), change("u", 4, 310, before=41, after=42)])
+    # a backfill read ahead of a lagging stream: 3 is live, so its read (state at 500)
+    # is 0; the stream's changes before 500 arrive after it and still count
+    apply([{**change("r", 3, 500, after=33), "query": "backfill"}])
+    apply([change("u", 3, 400, before=31, after=32), change("u", 3, 450, before=32, after=33)])
+    sums = {i: sum(s for s, _, _ in rows) for i, rows in logged.items()}
+    values = {i: sum(s * v for s, _, v in rows) for i, rows in logged.items()}
+    assert sums == {1: 1, 2: 0, 3: 1, 4: 1, 5: 0, 6: 0, 7: 1}
+    assert values == {1: 2, 2: 0, 3: 33, 4: 42, 5: 0, 6: 0, 7: 70}
 
 
 def _cfg_sink(sink):

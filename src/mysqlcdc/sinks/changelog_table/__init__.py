@@ -19,8 +19,8 @@ def start_changelog_table(df, settings: ChangelogTableSettings, *, checkpoint: s
     target = settings.target
     run = foreach_batch(target, lambda: make_target(target), checkpoint,
                         definitions=ChangelogDefinitions(target.history_dir, settings.suffix),
-                        transform=lambda rows, live: changelog_rows(rows, settings.suffix,
-                                                                    live=live),
+                        transform=lambda rows, last: changelog_rows(rows, settings.suffix,
+                                                                    last_rows=last),
                         ledger_name=settings.ledger_name, keep_on_create=True)
     writer = df.writeStream.foreachBatch(quiet_on_stop(run)).option("checkpointLocation",
                                                                     checkpoint)

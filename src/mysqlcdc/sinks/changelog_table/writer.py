@@ -5,8 +5,10 @@ target schema/database as a mirror would use, with the source's columns (all nul
 plus:
 
 - ``dml_type``: +1 for an inserted image, -1 for a deleted one; an update is a -1 row
-  of the old image and a +1 row of the new one (a snapshot read ``r`` is +1; a backfill's
-  read of a key the table already holds live is 0: the row as it is, no change);
+  of the old image and a +1 row of the new one; a snapshot read ``r`` is +1; 0 where
+  the log already counts the key's state (a read of a key it holds live, a change older
+  than the key's last logged row, the old image of a key it never held:
+  :func:`changelog_rows`);
 - ``uow_id``: the unit of work (transaction): the smallest ``seq`` of its changes, so
   monotonically increasing in commit order and unique;
 - ``gsn``: a global sequence number, unique and increasing across all tables:
@@ -67,42 +69,48 @@ def _dump(d: TableDef | None, suffix: str) -> str | None:
     return None if d is None else json.dumps(changelog_def(d, suffix).to_json())
 
 
-def _read_again(r: dict) -> bool:
-    """A backfill's read of a row (``mysqlcdc snapshot``, or one mysqlcdc queued after a
-    key change, a rename or an ALTER that filled the rows), not the initial snapshot's."""
-    return r["op"] == "r" and (r.get("query") or "").startswith("backfill")
-
-
-def _held(rows: list[dict], suffix: str, live) -> dict[tuple, bool]:
-    """(db, table, key text) -> whether the changelog table holds the key live, for every
-    key a backfill reads in ``rows``: one ``live`` lookup per table."""
+def _logged(rows: list[dict], suffix: str, last_rows) -> dict[tuple, tuple[bool, Decimal | None]]:
+    """(db, table, key text) -> (live, gsn of its last counted row: +1 or -1) in the
+    changelog table, for every key a row change of ``rows`` names: one ``last_rows``
+    lookup per table."""
     wanted: dict[tuple[str, str], dict[str, dict]] = {}
     at: dict[tuple[str, str], tuple[str, int]] = {}
     for r in rows:
-        if _read_again(r) and r.get("key"):
+        if r["op"] in ("c", "u", "d", "r") and r.get("key"):
             key = (r["db"], r["table"])
             wanted.setdefault(key, {})[r["key"]] = r
             at.setdefault(key, (r["file"], r["pos"]))
-    held: dict[tuple, bool] = {}
+    logged: dict[tuple, tuple[bool, Decimal | None]] = {}
     for (db, table), by_text in wanted.items():
         texts = list(by_text)
         keys = [json.loads(t) for t in texts]
         names = list(keys[0])
-        found = live(db, table + suffix, *at[(db, table)], names, keys)
-        held.update(((db, table, t), bool(f)) for t, f in zip(texts, found))
-    return held
+        found = last_rows(db, table + suffix, *at[(db, table)], names, keys)
+        logged.update(((db, table, t), (False, None) if f is None else (f[0] != -1, f[1]))
+                      for t, f in zip(texts, found))
+    return logged
 
 
-def changelog_rows(rows: Iterable[dict], suffix: str, live=None) -> list[dict]:
+def changelog_rows(rows: Iterable[dict], suffix: str, last_rows=None) -> list[dict]:
     """Envelope rows -> envelope rows of upserts (and schema changes) on changelog tables.
 
-    A row a backfill reads again whose key the changelog table holds live (its last row
-    +1, or a change earlier in this batch) is written with ``dml_type`` 0: its image as it
-    is now, no change, so ``SUM(dml_type)`` per key stays 1. ``live(db, table, file, pos,
-    names, keys)`` asks the target (None: every read is +1, as the initial snapshot's)."""
+    ``dml_type`` follows what the log already holds of each key, so that ``SUM(dml_type)``
+    per key is 1 for a live key and 0 for a deleted one, and ``SUM(x * dml_type)`` counts
+    every live image once, whatever order a snapshot and the stream arrive in:
+
+    * a change older than the key's last counted row (+1 or -1; a stream change before
+      the high watermark of the snapshot chunk that read the key, which the log got
+      first) is already in that row's image: its rows are 0;
+    * a read (``r``) of a key the log holds live is 0: the row as it is, no change;
+    * the old image of an update or delete of a key the log does not hold live is 0: an
+      image the log never counted (the key changed while its chunk was read, or before
+      the pipeline's start without a snapshot).
+
+    ``last_rows(db, table, file, pos, names, keys)`` asks the target for each key's last
+    counted ``(dml_type, gsn)`` (None: none); without it every image counts but a read of a key
+    an earlier change of the batch left live."""
     rows = sorted(rows, key=lambda r: Decimal(r["seq"]))
-    held = _held(rows, suffix, live) if live is not None else {}
-    state: dict[tuple, bool] = {}         # keys changed in this batch: live after it?
+    state = _logged(rows, suffix, last_rows) if last_rows is not None else {}
     uow: dict[str, Decimal] = {}
     for r in rows:
         if r["op"] in ("c", "u", "d", "r"):
@@ -128,18 +136,18 @@ def changelog_rows(rows: Iterable[dict], suffix: str, live=None) -> list[dict]:
         txn = r.get("txn_id") or f"{r['file']}:{r['pos']}"
         extra = {"uow_id": str(uow[txn]), "server_id": r.get("server_id"),
                  "binlog_position": f"{r['file']}:{r['pos']}"}
+        key = (r["db"], r["table"], r["key"]) if r.get("key") else None
+        live, last = state.get(key, (None, None))          # live None: not known
+        older = last is not None and last > seq * 2
         images = []
         if op in ("u", "d"):
-            images.append((-1, r["before"], seq * 2))
+            images.append((0 if older or live is False else -1, r["before"], seq * 2))
         if op in ("c", "u", "r"):
-            sign = 1
-            if _read_again(r):
-                key = (r["db"], r["table"], r["key"])
-                if state.get(key, held.get(key, False)):
-                    sign = 0
-            images.append((sign, r["after"], seq * 2 + (1 if op == "u" else 0)))
-        if r.get("key"):
-            state[(r["db"], r["table"], r["key"])] = op != "d"
+            images.append((0 if older or (op == "r" and live) else 1, r["after"],
+                           seq * 2 + (1 if op == "u" else 0)))
+        counted = [(sign, gsn) for sign, _, gsn in images if sign]
+        if key is not None and counted:
+            state[key] = (counted[-1][0] == 1, counted[-1][1])
         for sign, image, gsn in images:
             row = {**json.loads(image), **extra, "dml_type": sign, "gsn": str(gsn)}
             out.append({**base, "op": "c", "before": None, "after": json.dumps(row),

@@ -19,6 +19,8 @@ the database named by ``settings.database``.
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import json
 import logging
 from datetime import datetime, timezone
@@ -28,7 +30,7 @@ from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import GEOMETRY_TYPES, python_value
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
                                           TableRefused, TargetAuthError, key_index_name,
-                                          live_of)
+                                          last_rows_of)
 
 __all__ = ["MySQLTarget", "mysql_type"]
 
@@ -203,8 +205,9 @@ class MySQLTarget(SqlSavepoints):
         return self._x("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
                        "table_name = %s", (db, table)).fetchone() is not None
 
-    def live_keys(self, d: TableDef, names: tuple[str, ...], keys: list[dict]) -> list[bool]:
-        """See PostgresTarget.live_keys. MySQL has no CREATE INDEX IF NOT EXISTS (and DDL
+    def last_rows(self, d: TableDef, names: tuple[str, ...],
+                  keys: list[dict]) -> list[tuple[int, Decimal] | None]:
+        """See PostgresTarget.last_rows. MySQL has no CREATE INDEX IF NOT EXISTS (and DDL
         commits): the index is made once, when information_schema lacks it; a key type
         that cannot be indexed whole is looked up without one."""
         index = key_index_name(d.name, names)
@@ -222,10 +225,10 @@ class MySQLTarget(SqlSavepoints):
         one = "(" + ", ".join(["%s"] * len(names)) + ")"
 
         def query(part):
-            return self._x(f"SELECT {cols}, dml_type FROM {table} WHERE ({cols}) IN "
-                           f"({', '.join([one] * len(part))}) ORDER BY gsn",
+            return self._x(f"SELECT {cols}, dml_type, gsn FROM {table} WHERE ({cols}) IN "
+                           f"({', '.join([one] * len(part))}) AND dml_type <> 0 ORDER BY gsn",
                            [v for key in part for v in key]).fetchall()
-        return live_of(keys, names, lambda c, v: _bind(by_name[c], v), query)
+        return last_rows_of(keys, names, lambda c, v: _bind(by_name[c], v), query)
 
     def create_table(self, d: TableDef) -> None:
         cols = [f"{q(c.name)} {mysql_type(c)}{' NOT NULL' if c.is_primary_key else ''}"

@@ -29,6 +29,8 @@ its constraints). Ledger tables live in the ``public`` schema: ``mysqlcdc_offset
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from datetime import datetime
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
@@ -36,7 +38,7 @@ from mysqlcdc.sinks.mirror.history import close_params, utc_text
 from mysqlcdc.sinks.mirror.values import BINARY_TYPES, GEOMETRY_TYPES, TEXT_TYPES, python_value
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
                                           TableRefused, TargetAuthError, key_index_name,
-                                          live_of)
+                                          last_rows_of)
 
 __all__ = ["PostgresTarget", "pg_type"]
 
@@ -201,9 +203,10 @@ class PostgresTarget(SqlSavepoints):
         return self._x("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
                        "table_name = %s", (db, table)).fetchone() is not None
 
-    def live_keys(self, d: TableDef, names: tuple[str, ...], keys: list[dict]) -> list[bool]:
-        """For each key (values of the columns ``names``), whether the changelog table
-        ``d`` holds it live (its last row is not a deleted image, ``dml_type`` -1). The
+    def last_rows(self, d: TableDef, names: tuple[str, ...],
+                  keys: list[dict]) -> list[tuple[int, Decimal] | None]:
+        """For each key (values of the columns ``names``), the ``(dml_type, gsn)`` of the
+        changelog table ``d``'s last counted row of it (``dml_type`` +1 or -1; None: none). The
         table gets an index on those columns for it (once, under the DDL lock); committed,
         since no batch is open yet."""
         from psycopg import sql
@@ -219,10 +222,11 @@ class PostgresTarget(SqlSavepoints):
         def query(part):
             rows = sql.SQL(", ").join(sql.SQL("({})").format(
                 sql.SQL(", ").join(sql.Placeholder() * len(names))) for _ in part)
-            stmt = sql.SQL("SELECT {}, dml_type FROM {} WHERE ({}) IN ({}) ORDER BY gsn").format(
+            stmt = sql.SQL("SELECT {}, dml_type, gsn FROM {} WHERE ({}) IN ({}) "
+                           "AND dml_type <> 0 ORDER BY gsn").format(
                 cols, self._name(d.db, d.name), cols, rows)
             return self._x(stmt, [v for key in part for v in key]).fetchall()
-        return live_of(keys, names, lambda c, v: _bind(by_name[c], v), query)
+        return last_rows_of(keys, names, lambda c, v: _bind(by_name[c], v), query)
 
     def create_table(self, d: TableDef) -> None:
         from psycopg import sql

@@ -480,25 +480,25 @@ def key_index_name(table: str, names: tuple[str, ...]) -> str:
     return f"{table[:40]}_key_{digest}"
 
 
-def live_of(keys: list[dict], names: tuple[str, ...], bind, query, *,
-            part: int = 500) -> list[bool]:
-    """``live_keys``' common part: ``keys`` bound with ``bind(column, value)``, looked up
-    ``part`` at a time with ``query(bound keys)`` (rows of the key columns and
-    ``dml_type``, ``gsn`` order); the last row of each key decides: live unless it is a
-    deleted image (-1)."""
+def last_rows_of(keys: list[dict], names: tuple[str, ...], bind, query, *,
+                 part: int = 500) -> list[tuple[int, Decimal] | None]:
+    """``last_rows``' common part: ``keys`` bound with ``bind(column, value)``, looked up
+    ``part`` at a time with ``query(bound keys)`` (rows of the key columns, ``dml_type``
+    and ``gsn`` of the counted rows, ``dml_type`` not 0, in ``gsn`` order). For each key
+    its last counted row's ``(dml_type, gsn)``, or None when the table counts none."""
     wanted: dict[tuple, list[int]] = {}
     for i, key in enumerate(keys):
         wanted.setdefault(tuple(bind(n, key.get(n)) for n in names), []).append(i)
-    live = [False] * len(keys)
+    found: list[tuple[int, Decimal] | None] = [None] * len(keys)
     items = list(wanted)
     for start in range(0, len(items), part):
-        last: dict[tuple, int] = {}
+        last: dict[tuple, tuple[int, Decimal]] = {}
         for row in query(items[start:start + part]):
-            last[tuple(row[:-1])] = row[-1]
-        for key, sign in last.items():
+            last[tuple(row[:-2])] = (int(row[-2]), Decimal(row[-1]))
+        for key, state in last.items():
             for i in wanted.get(key, ()):
-                live[i] = sign != -1          # +1, or 0: a read of a live row
-    return live
+                found[i] = state
+    return found
 
 
 def _has_key_columns(after: str | None, key: str | None) -> bool:
@@ -597,7 +597,7 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
     ledger records the batch's end offset from Spark's offset log. ``transform`` turns
     the envelope rows into the rows to apply (the changelog_table sink); its second
     argument, ``live(db, table, file, pos, names, keys)``, asks the target which keys
-    its table holds (``live_keys``) with the table's definition at ``file:pos``."""
+    its table holds (``last_rows``) with the table's definition at ``file:pos``."""
     from mysqlcdc.spark.checkpoint import batch_offset, local_dir
 
     definitions = definitions or Definitions(settings.history_dir)
@@ -619,12 +619,12 @@ def foreach_batch(settings, make_target: Callable[[], Target], checkpoint: str |
             if transform is None:
                 return rows
 
-            def live(db, table, file, pos, names, keys):
+            def last_rows(db, table, file, pos, names, keys):
                 d = definitions.at(db, table, file, pos)
                 if d is None or not t.table_exists(db, table):
-                    return [False] * len(keys)
-                return t.live_keys(d, tuple(names), keys)
-            return transform(rows, live)
+                    return [None] * len(keys)
+                return t.last_rows(d, tuple(names), keys)
+            return transform(rows, last_rows)
         result = run_with_retries(
             make_target,
             lambda t: apply_batch(t, made(t), batch_id=batch_id, pipeline=name,
