@@ -74,3 +74,26 @@ def test_other_errors_pass_through_unchanged():
     assert err.value is failed
     with pytest.raises(QueryInterrupted, match="ClosedByInterruptException"):
         run(None, 2)
+
+
+def test_python_workers_run_under_the_quiet_daemon(spark):
+    """The session's Python tasks are forked by mysqlcdc's daemon (a worker inherits its
+    command line), which ends a worker whose socket the JVM closed without a traceback."""
+    lines = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: open("/proc/self/cmdline", "rb").read().split(b"\0")).collect()
+    assert b"mysqlcdc.spark.daemon" in lines[0]
+
+
+def test_the_quiet_daemon_passes_every_other_error_on(monkeypatch):
+    import mysqlcdc.spark.daemon as daemon
+
+    def closed(sock, authenticated):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def broken(sock, authenticated):
+        raise ValueError("a worker's own failure")
+    monkeypatch.setattr(daemon, "_worker", closed)
+    assert daemon.quiet_worker(None, True) == 1
+    monkeypatch.setattr(daemon, "_worker", broken)
+    with pytest.raises(ValueError):
+        daemon.quiet_worker(None, True)

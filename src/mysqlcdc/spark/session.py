@@ -22,6 +22,8 @@ DEFAULT_CONF = {
     # a partitioned file sink (the changelog) writes each partition's file as rows come
     # instead of sorting the whole task's rows by partition first (memory, CPU)
     "spark.sql.maxConcurrentOutputFileWriters": "64",
+    # PySpark's worker daemon, quiet about a task whose socket a stopping query closed
+    "spark.python.daemon.module": "mysqlcdc.spark.daemon",
 }
 
 
