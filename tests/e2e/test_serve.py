@@ -396,3 +396,40 @@ def test_heartbeats_move_an_idle_pipeline_and_the_runway_warns(served, mariadb, 
             assert http.delete("/pipelines/hb").status_code == 204
     finally:
         mariadb.sql("SET GLOBAL binlog_expire_logs_seconds = 0")
+
+
+def test_sigterm_stops_serve_and_its_pipelines(mariadb, tmp_path):
+    """systemd and Kubernetes stop a service with SIGTERM. uvicorn shuts its server down
+    on it, then raised it again under the default handler, so `mysqlcdc serve` died by the
+    signal before it stopped its pipelines. It now stops them as on Ctrl-C."""
+    import signal
+
+    db = _db(mariadb, "serve_term")
+    folder = tmp_path / "pipelines"
+    folder.mkdir()
+    (folder / "term.yaml").write_text(_yaml("term", mariadb, db, str(binlog_position(mariadb)),
+                                            8301))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mysqlcdc.cli.main", "serve", "--config-dir", str(folder),
+         "--port", str(port), "--master", "local[2]"], cwd=tmp_path, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "COLUMNS": "200"})
+    try:
+        mariadb.sql(f"INSERT INTO {db}.t VALUES (1, 1)")
+
+        def captured():
+            try:
+                got = httpx.get(f"http://127.0.0.1:{port}/pipelines/term", timeout=5).json()
+            except (httpx.HTTPError, ValueError):
+                return False
+            return got.get("state") == "running" and got.get("rows_total", 0) >= 1
+        _wait(captured, 180, "the pipeline's first row")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out[-2000:]
+    assert out.rstrip().endswith("stopped") and "Traceback" not in out, out[-2000:]

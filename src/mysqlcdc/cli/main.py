@@ -465,12 +465,14 @@ def _loopback(host: str) -> bool:
 
 def _serve(config_dir: Path, host: str, port: int, master: str, token: str | None) -> None:
     import os
+    import signal
 
     import uvicorn
 
     from mysqlcdc import stats
     from mysqlcdc.api import PipelineService
     from mysqlcdc.api.app import Poller, create_app
+    from mysqlcdc.pipeline.runner import interrupt
     from mysqlcdc.spark import build_session
 
     # executors' sinks (Kafka) count their retries in files the metrics add up
@@ -486,11 +488,24 @@ def _serve(config_dir: Path, host: str, port: int, master: str, token: str | Non
     poller.start()
     console.print(f"serving {len(service.pipelines)} pipeline(s) on http://{host}:{port} "
                   f"(API docs at /docs)", highlight=False)
+    # uvicorn shuts down on SIGINT or SIGTERM, raises the signal again under the handler it
+    # found, and swallows a KeyboardInterrupt. Under the default SIGTERM handler the process
+    # died there, before its pipelines were stopped; both now end as a Ctrl-C of `run` does.
+    signals: list[int] = []
+
+    def on_stop(signum, frame) -> None:
+        signals.append(signum)
+        interrupt(signum, frame)
+
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, on_stop)
     try:
         uvicorn.run(create_app(service, token), host=host, port=port, log_level="warning")
     finally:
         poller.stopped.set()
         service.stop_all()
+    if signals:
+        raise KeyboardInterrupt
 
 
 @app.command()

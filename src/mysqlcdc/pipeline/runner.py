@@ -25,7 +25,7 @@ from mysqlcdc.types import BinlogPosition
 __all__ = ["connection_settings", "source_options", "start_queries", "run_pipeline",
            "checkpoint_position", "sink_checkpoint", "checked_preflight", "schema_history_dir",
            "retry_policy", "checkpointed_position", "snapshot_status", "writes_in_tasks",
-           "jit_mode", "history_ahead"]
+           "jit_mode", "history_ahead", "interrupt"]
 
 log = logging.getLogger(__name__)
 
@@ -631,10 +631,10 @@ def _plain_interrupt() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
-    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGINT, interrupt)
 
 
-def _interrupt(signum, frame) -> None:   # noqa: ARG001
+def interrupt(signum, frame) -> None:   # noqa: ARG001
     """Stop where the main thread is, with the bridge silenced: a call into the JVM it
     cuts short would log its stack (``KeyboardInterrupt while sending command``)."""
     logging.getLogger().setLevel(logging.CRITICAL)
@@ -653,7 +653,7 @@ def _stop_on_sigterm() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _named_start_failure(cfg: PipelineConfig, exc: Exception) -> BaseException:
