@@ -136,3 +136,64 @@ def test_a_failover_behind_a_ddl_carries_the_schema_history_over(spark, topology
                          ("c", {"id": 9, "v": "v9", "w": 9}), ("c", {"id": 10, "w": 10})]
     folder = tmp_path / "ck" / "0-changelog" / "mysqlcdc-schema"
     assert list(folder.glob("schema-history.jsonl.failover-*"))  # the old server's history
+
+
+def test_a_failover_during_the_initial_snapshot_reads_the_rest_from_the_new_server(
+        spark, topology, tmp_path):
+    """The pipeline is killed while its initial snapshot is under way, its primary lost,
+    and it is started on the promoted replica: the seek there ends the snapshot phase, so
+    the tables it had not read yet are read from the new server, as backfills."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mysqlcdc.spark.checkpoint import committed_batches, offset_data
+
+    primary, replica = topology
+    primary.sql("CREATE DATABASE shop",
+                *[f"CREATE TABLE shop.t{i} (id INT PRIMARY KEY, v INT)" for i in range(3)],
+                *[f"INSERT INTO shop.t{i} SELECT seq, seq * {i + 1} FROM shop.seq_1_to_600"
+                  for i in range(3)])
+    data = _data(primary, tmp_path, "latest")
+    data["source"]["snapshot"] = {"mode": "initial", "chunk_rows": 20, "chunks_per_batch": 1}
+    config = tmp_path / "first.yaml"
+    config.write_text(yaml.safe_dump(data))
+    run = subprocess.Popen([sys.executable, "-m", "mysqlcdc.cli.main", "run", str(config)],
+                           env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True)
+    checkpoint = tmp_path / "ck" / "0-changelog"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:              # a few chunks in: kill it
+            done = committed_batches(checkpoint) if (checkpoint / "commits").is_dir() else []
+            if len(done) >= 4:
+                break
+            time.sleep(0.2)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    committed = offset_data(checkpoint, committed_batches(checkpoint)[0])
+    assert committed["snapshot"]["tables"]               # the snapshot was not finished
+    assert "identity" in json.loads((checkpoint / "mysqlcdc-schema" / "source.json").read_text())
+    primary.sql("INSERT INTO shop.t0 VALUES (1000, 1)", "UPDATE shop.t2 SET v = 0 WHERE id = 5")
+    wait_replicated(primary, replica)
+    primary.stop()
+    replica.sql("STOP SLAVE", "RESET SLAVE ALL", "DELETE FROM shop.t1 WHERE id <= 10")
+
+    data = _data(replica, tmp_path, "latest")
+    data["source"]["snapshot"] = {"mode": "initial", "chunk_rows": 200}
+    run_pipeline(load_pipeline_from_dict(data), until_idle=True, spark=spark)
+
+    rows = spark.read.parquet(str(tmp_path / "changelog")).orderBy("seq").collect()
+    for i in range(3):
+        state: dict = {}
+        for r in rows:
+            if r["table"] == f"t{i}" and r["op"] in "cur":
+                state[json.loads(r["key"])["id"]] = json.loads(r["after"])["v"]
+            elif r["table"] == f"t{i}" and r["op"] == "d":
+                state.pop(json.loads(r["key"])["id"], None)
+        assert state == dict(replica.sql(f"SELECT id, v FROM shop.t{i}")), f"t{i}"
+    assert any(int(r["seq"]) > SEQ_EPOCH and r["op"] == "r" for r in rows)   # from the replica

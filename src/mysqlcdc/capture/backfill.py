@@ -95,7 +95,7 @@ def _own_request(entry) -> bool:
     """A backfill mysqlcdc queued itself (``SchemaKeeper._read_again``): a table renamed
     away or dropped again since (gh-ost's ``_t_del``) is passed over without an error."""
     return isinstance(entry, dict) and str(entry.get("id", "")).startswith(
-        ("rename@", "rekey@", "fill@", "tables@"))
+        ("rename@", "rekey@", "fill@", "tables@", "failover@"))
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,9 @@ class RangePlanner:
         if self._identity_file is None:
             return
         try:
+            # the first check comes before anything else made the folder (a new pipeline's
+            # start): not recorded, a failover in its initial snapshot went unseen
+            self._identity_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._identity_file.with_suffix(".tmp")
             tmp.write_text(json.dumps(self._record))
             os.replace(tmp, self._identity_file)

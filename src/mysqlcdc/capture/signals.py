@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from mysqlcdc.types import binlog_file_number
 
 __all__ = ["SIGNAL_DDL", "SignalTap", "Signal", "read_signals", "forget_signals",
-           "parse_requests", "Request", "signal_folder", "request_snapshot"]
+           "parse_requests", "Request", "signal_folder", "request_snapshot", "put_signal"]
 
 log = logging.getLogger(__name__)
 
@@ -88,23 +88,26 @@ class SignalTap:
         for r in rows.to_pylist():
             if r["op"] != "c" or r["after"] is None:
                 continue                     # only inserted rows are requests
-            _put(folder, (binlog_file_number(r["file"]), r["pos"], r["row"]),
+            put_signal(folder, (binlog_file_number(r["file"]), r["pos"], r["row"]),
                  {"file": r["file"], "pos": r["pos"], "row": r["row"],
                   "row_image": json.loads(r["after"])})
 
 
 def request_snapshot(folder: Path, at: tuple[int, int], request_id: str,
-                     tables: list[str]) -> None:
+                     tables: list[str], where: str | None = None, row: int = 0) -> None:
     """A snapshot request of mysqlcdc's own at binlog position ``at`` (file number, pos),
     written as a signal read there would be: taken, like one, once the batch that holds
-    ``at`` is committed. Written once: a replayed batch finds it there."""
+    ``at`` is committed. Written once: a replayed batch finds it there. ``where``: only
+    the rows it selects; ``row``: tells several requests at one position apart."""
     folder.mkdir(parents=True, exist_ok=True)
-    _put(folder, (at[0], at[1], 0), {"row_image": {
-        "id": request_id, "type": "execute-snapshot",
-        "data": json.dumps({"data-collections": tables})}})
+    data: dict = {"data-collections": tables}
+    if where:
+        data["additional-condition"] = where
+    put_signal(folder, (at[0], at[1], row), {"row_image": {
+        "id": request_id, "type": "execute-snapshot", "data": json.dumps(data)}})
 
 
-def _put(folder: Path, key: tuple[int, int, int], record: dict) -> None:
+def put_signal(folder: Path, key: tuple[int, int, int], record: dict) -> None:
     """A signal's file, named by its binlog order; written once (a replayed batch finds
     it there), whole or not at all."""
     name = f"{key[0]:08d}.{key[1]:012d}.{key[2]:06d}.json"

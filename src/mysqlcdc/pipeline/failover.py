@@ -141,6 +141,7 @@ def _follow(cfg: PipelineConfig, index: int, folder: Path, checkpoint: Path,
     source = folder / "source.json"
     if source.exists():
         source.rename(folder / f"source.json.failover-{time.strftime('%Y%m%d-%H%M%S')}")
+    unfinished = _snapshot_left(folder, committed, position)
     epoch = int(committed.get("epoch", 0)) + 1
     StreamControl(folder).request_seek(SeekRequest.new(
         position, gtid=str(ours), ts=committed.get("ts"), epoch=epoch, history="reset",
@@ -148,7 +149,9 @@ def _follow(cfg: PipelineConfig, index: int, folder: Path, checkpoint: Path,
     return (f"sink {index} follows a failover to {settings.address} (server_id "
             f"{now.server_id}, was {old.server_id}): GTID set {ours} ends at {position} there"
             + (f"; batch(es) {dropped} planned on the old server are read again from it"
-               if dropped else ""))
+               if dropped else "")
+            + (f"; the snapshot of {', '.join(unfinished)} it had not finished is read "
+               "from it as a backfill" if unfinished else ""))
 
 
 def _definitions_at(folder: Path, committed: dict) -> dict | None:
@@ -159,6 +162,57 @@ def _definitions_at(folder: Path, committed: dict) -> dict | None:
     if not history.bootstrapped or history.quarantines or history.resolutions:
         return None
     return history.tables_at(BinlogPosition.of(committed["file"], int(committed["pos"])))
+
+
+def _snapshot_left(folder: Path, committed: dict, position) -> list[str]:
+    """Carry the snapshot work of the committed offset over to the new server, as
+    requests keyed just before the seek's position (so the first batch after the seek
+    batch takes them; the seek batch ends the snapshot phase):
+
+    * each table of an initial snapshot not finished (whole: its chunks read so far are
+      read again) and each backfill request not finished, with its filter;
+    * each signal the committed batches' read tasks found but no batch took yet. Signals
+      at or after the committed position are deleted: the new server's stream reads
+      those transactions, and their signals, again. Signal files are named by the old
+      server's positions, which mean nothing on the new one.
+
+    Returns the tables of the unfinished snapshot work."""
+    from mysqlcdc.capture.signals import put_signal, request_snapshot, signal_folder
+
+    signals = signal_folder(str(folder))
+    snap = committed.get("snapshot") or {}
+    taken = tuple(snap["signals"]) if snap.get("signals") else None
+    at = BinlogPosition.of(committed["file"], int(committed["pos"]))
+    waiting: list[tuple[tuple, str]] = []
+    for path in sorted(signals.glob("*.json")) if signals.is_dir() else []:
+        try:
+            key = tuple(int(p) for p in path.name[:-5].split("."))
+        except ValueError:
+            continue
+        if taken is None or key > taken:
+            if key < (at.file_number, at.pos, 0):
+                waiting.append((key, path.read_text()))
+        path.unlink()
+    here = (position.file_number, position.pos - 1)
+    names: list[str] = []
+    row = 0
+    for entry in snap.get("tables") or []:
+        table, where = (entry, None) if isinstance(entry, str) else \
+            (entry.get("table"), entry.get("where"))
+        if table:
+            request_snapshot(signals, here, f"failover@{position}#{row}", [table],
+                             where=where, row=row)
+            row += 1
+            if table not in names:
+                names.append(table)
+    for _, text in waiting:
+        try:
+            put_signal(signals, (here[0], here[1], row), json.loads(text))
+        except ValueError:
+            log.error("signal file of the old server is unreadable; not carried over: %s",
+                      text[:200])
+        row += 1
+    return names
 
 
 def missing_transactions(conn, ours: GtidSet) -> str | None:
