@@ -193,7 +193,7 @@ def test_a_snapshot_taken_while_the_table_is_written_counts_each_row_once(
 
     monkeypatch.setenv("CLT_PG_PASSWORD", postgres.password)
     own.sql("CREATE TABLE shop.busy (id INT PRIMARY KEY, amount INT)",
-            "INSERT INTO shop.busy SELECT seq, seq FROM shop.seq_1_to_1500")
+            "INSERT INTO shop.busy SELECT seq, seq FROM shop.seq_1_to_800")
     config = tmp_path / "pipeline.yaml"
     config.write_text(f"""
 name: busy
@@ -220,8 +220,8 @@ sinks:
         conn.autocommit(True)
         try:
             with conn.cursor() as cur:
-                for n in range(600):                 # about 6 s: the whole snapshot
-                    i = pick.randint(1, 1500)
+                for n in range(400):                 # about 4 s: the whole snapshot
+                    i = pick.randint(1, 800)
                     cur.execute(f"DELETE FROM shop.busy WHERE id = {i}" if n % 5 == 0 else
                                 f"UPDATE shop.busy SET amount = amount + 7 WHERE id = {i}")
                     time.sleep(0.01)
