@@ -84,3 +84,43 @@ def test_history_versions_ddl_truncate_replay(target):
     assert [(r[0], r[1]) for r in after if r[2]] == [(7, 1)]
     closed = {(r[0], r[1]): r[4] for r in after}
     assert closed[(5, 3)] == closed[(6, 1)] == trunc["seq"]
+
+
+def test_a_change_older_than_the_current_version_is_left_out(target):
+    """A snapshot chunk's row (its state at the chunk's high watermark) reaches the target
+    before the stream's change of the key made while the snapshot ran: that change is in
+    the row's image already. It used to be added as a second current version whose range
+    overlapped the read's; now the chain stays one line with one current version."""
+    from dataclasses import replace
+
+    settings, server, db = target
+    settings = replace(settings, pipeline=f"{settings.pipeline}_late")   # its own ledger row
+    defs = Definitions(None)
+
+    def apply(rows, batch_id):
+        return run_with_retries(lambda: make_target(settings),
+                                lambda t: apply_batch(t, rows, batch_id=batch_id, history=True,
+                                                      pipeline=settings.pipeline, definitions=defs),
+                                attempts=2, initial_delay_s=0.05, max_delay_s=0.1)
+    s = Stream(db)
+    t = tdef(db, "late", ID, N)
+    create, c1, c2 = s.ddl("late", None, t), s.ins("late", {"id": 1, "n": 1}), \
+        s.ins("late", {"id": 2, "n": 1})
+    late = s.upd("late", {"id": 1, "n": 2})                  # made while the chunk was read
+    read = s.ins("late", {"id": 1, "n": 2})                  # the chunk's row, after it
+    read["op"] = "r"
+    later = s.upd("late", {"id": 1, "n": 3})
+    read["ts_ms"] = later["ts_ms"] + 400      # read in the second `later` commits, before it
+    apply([create, c1, c2], 0)
+    apply([read], 1)
+    apply([late, s.upd("late", {"id": 2, "n": 5}), later], 2)
+    got = [(i, n, bool(cur), f, to) for i, n, cur, f, to, *_ in
+           versions(server, settings.target, db, "late")]
+    assert got == [(1, 1, False, c1["seq"], read["seq"]), (1, 2, False, read["seq"], later["seq"]),
+                   (1, 3, True, later["seq"], None), (2, 1, False, c2["seq"], got[4][3]),
+                   (2, 5, True, got[4][3], None)]
+    # the read's version ends when `later` commits, never before it began (binlog commit
+    # times have whole seconds, a read's milliseconds)
+    (_, _, _, _, _, start, end), *_ = [v for v in versions(server, settings.target, db, "late")
+                                       if v[3] == read["seq"]]
+    assert end == start

@@ -51,7 +51,7 @@ from mysqlcdc.schema.model import TableDef
 from mysqlcdc.sinks.deltacommit import (APP_KEY, BATCH_KEY, commit_once, is_storage_error,
                                         open_table, table_uri)
 from mysqlcdc.sinks.mirror.arrowvalues import UnsupportedType, arrow_schema, images_to_arrow
-from mysqlcdc.sinks.mirror.history import HISTORY_COLUMNS, Change, scd2
+from mysqlcdc.sinks.mirror.history import HISTORY_COLUMNS, Change, drop_late, scd2
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, TableRefused)
 from mysqlcdc.types import BinlogPosition
 
@@ -315,7 +315,8 @@ class DeltaTarget:
     def close_all(self, db: str, table: str, ts_ms: int | None, seq: Decimal) -> None:
         """History mode's truncate: every current version ends at ``ts_ms`` / ``seq``."""
         micros = "NULL" if ts_ms is None else str(int(ts_ms) * 1000)
-        updates = {"valid_to": f"arrow_cast({micros}, 'Timestamp(Microsecond, Some(\"UTC\"))')",
+        when = f"arrow_cast({micros}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
+        updates = {"valid_to": f"CASE WHEN valid_from > {when} THEN valid_from ELSE {when} END",
                    "valid_to_seq": f"CAST('{int(seq)}' AS DECIMAL(38,0))",
                    "is_current": "false"}
         self._commit((db, table), self.step,
@@ -353,14 +354,19 @@ class DeltaTarget:
         change in history mode) in one commit."""
         source_def, pk = _source_def(d)
         schema = self._schema(d)
+        uri = self._uri(d.db, d.name)
+        table = self._open(uri)
         try:
+            if history:
+                changes = drop_late(changes, _current_starts(table, source_def, schema,
+                                                             changes))
+                if not changes:
+                    return
             source = (_history_source(source_def, schema, changes) if history
                       else _current_source(source_def, schema, changes))
         except (pa.ArrowException, UnsupportedType) as err:
             raise TableRefused(f"a value does not fit its Delta column: {_one_line(err)}") \
                 from None
-        uri = self._uri(d.db, d.name)
-        table = self._open(uri)
         merge = _merge_history if history else _merge_current
         self._commit((d.db, d.name), max(c.seq for c in changes),
                      lambda props: merge(table, source, pk, props), table=table)
@@ -377,6 +383,31 @@ def _current_source(d: TableDef, schema: pa.Schema, changes: list[Change]) -> pa
     images = [c.after if c.op != "d" else c.key for c in changes]
     data = images_to_arrow(d, images, schema)
     return data.append_column(OP, pa.array(["d" if c.op == "d" else "u" for c in changes]))
+
+
+def _current_starts(table, d: TableDef, schema: pa.Schema,
+                    changes: list[Change]) -> dict[str, Decimal]:
+    """For each key of ``changes`` with a current version in the history ``table``, that
+    version's ``valid_from_seq`` (see history.drop_late). The keys are made Arrow values
+    of the table's own types, the way its rows are written, and matched as such."""
+    import pyarrow.dataset as ds
+
+    texts = sorted({c.key for c in changes})
+    pk = list(d.primary_key)
+    keys = images_to_arrow(d, texts, schema)
+    wanted = {tuple(keys.column(n)[i].as_py() for n in pk): t for i, t in enumerate(texts)}
+    files = ds.dataset(table.file_uris(), schema=pa.schema(table.schema().to_arrow()),
+                       format="parquet")
+    where = ds.field("is_current") == True   # noqa: E712 - an Arrow expression
+    for n in pk:
+        where = where & ds.field(n).isin(keys.column(n).drop_null())
+    found = files.to_table(columns=pk + ["valid_from_seq"], filter=where)
+    out: dict[str, Decimal] = {}
+    for row in found.to_pylist():
+        text = wanted.get(tuple(row[n] for n in pk))
+        if text is not None:
+            out[text] = Decimal(row["valid_from_seq"])
+    return out
 
 
 def _history_source(d: TableDef, schema: pa.Schema, changes: list[Change]) -> pa.Table:
@@ -419,8 +450,9 @@ def _merge_history(table, source: pa.Table, pk: tuple[str, ...], props) -> None:
     on = f"{_on(pk)} AND t.is_current = true AND s.{KIND} = 'close'"
     (table.merge(source, on, source_alias="s", target_alias="t", streamed_exec=False,
                  commit_properties=props)
-     .when_matched_update({"valid_to": "s.valid_to", "valid_to_seq": "s.valid_to_seq",
-                           "is_current": "false"})
+     .when_matched_update({"valid_to": "CASE WHEN t.valid_from > s.valid_to THEN t.valid_from "
+                                        "ELSE s.valid_to END",    # history._end_time
+                           "valid_to_seq": "s.valid_to_seq", "is_current": "false"})
      .when_not_matched_insert_all(f"s.{KIND} = 'version'", except_cols=[KIND])
      .execute())
 

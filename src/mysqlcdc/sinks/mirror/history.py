@@ -4,7 +4,8 @@ With ``mode: history`` a target table holds, besides the source's columns:
 
 ==================  ==================================================================
 ``valid_from``      commit time (``ts_ms``) of the change that wrote this version
-``valid_to``        commit time of the change that replaced or deleted it; null while current
+``valid_to``        commit time of the change that replaced or deleted it (never before
+                    ``valid_from``: see ``_end_time``); null while current
 ``valid_from_seq``  ``seq`` of that change (orders versions exactly, even within a millisecond)
 ``valid_to_seq``    ``seq`` of the replacing change; null while current
 ``is_current``      true for the one live version of a key (none after a delete)
@@ -15,6 +16,15 @@ one key, in ``seq`` order, close the key's current version at the first change a
 one version per insert, update or snapshot read; a delete adds none. A truncate closes
 every current version. :func:`scd2` turns one table's changes into those two lists for
 any target.
+
+A change can arrive after a newer version of its key: a snapshot chunk's row (state at
+the chunk's high watermark) reaches the target before the stream's changes of that key
+made since the snapshot began (the initial snapshot holds the stream at its start; a
+backfill can read ahead of a lagging stream). Such a late change is already in the
+newer version's image: :func:`drop_late` leaves it out, given each key's current
+version start, so versions never overlap and a key has at most one current version.
+The key's history then goes from its version before the snapshot read straight to the
+read's version.
 """
 
 from __future__ import annotations
@@ -25,8 +35,8 @@ from typing import NamedTuple
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
 
-__all__ = ["Change", "Close", "Version", "scd2", "HISTORY_COLUMNS", "history_def",
-           "check_names", "version_row", "utc_text", "close_params"]
+__all__ = ["Change", "Close", "Version", "scd2", "drop_late", "HISTORY_COLUMNS", "history_def",
+           "check_names", "version_row", "utc_text", "close_params", "NOT_BEFORE_FROM"]
 
 HISTORY_COLUMNS = ("valid_from", "valid_to", "valid_from_seq", "valid_to_seq", "is_current")
 
@@ -77,9 +87,31 @@ def scd2(changes: list[Change]) -> tuple[list[Close], list[Version]]:
             if this.op == "d" or this.after is None:
                 continue
             versions.append(Version(this.after, this.ts_ms, this.seq,
-                                    following.ts_ms if following else None,
+                                    _end_time(this.ts_ms, following.ts_ms) if following
+                                    else None,
                                     following.seq if following else None))
     return closes, versions
+
+
+# ``valid_to`` set by an UPDATE from a parameter given twice: never before ``valid_from``
+# (``_end_time``); null when the time is (a comparison with null is not true)
+NOT_BEFORE_FROM = "CASE WHEN valid_from > %s THEN valid_from ELSE %s END"
+
+
+def _end_time(start: int | None, end: int | None) -> int | None:
+    """A version's ``valid_to``: the replacing change's commit time, never before the
+    version's own ``valid_from``. A binlog commit time has whole seconds (MariaDB), a
+    snapshot read's has milliseconds: a change committed in the second a chunk was read,
+    after the read, shows a time before it."""
+    return end if start is None or end is None else max(start, end)
+
+
+def drop_late(changes: list[Change], starts: dict[str, Decimal]) -> list[Change]:
+    """``changes`` without those older than their key's current version in the target
+    (``starts``: key text -> that version's ``valid_from_seq``); see the module doc."""
+    if not starts:
+        return changes
+    return [c for c in changes if c.key not in starts or c.seq > starts[c.key]]
 
 
 def utc_text(ts_ms: int | None) -> str | None:

@@ -26,11 +26,11 @@ import logging
 from datetime import datetime, timezone
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
-from mysqlcdc.sinks.mirror.history import close_params, utc_text
+from mysqlcdc.sinks.mirror.history import NOT_BEFORE_FROM, close_params, utc_text
 from mysqlcdc.sinks.mirror.values import GEOMETRY_TYPES, python_value
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
                                           TableRefused, TargetAuthError, key_index_name,
-                                          last_rows_of)
+                                          current_starts_of, last_rows_of)
 
 __all__ = ["MySQLTarget", "mysql_type"]
 
@@ -322,18 +322,30 @@ class MySQLTarget(SqlSavepoints):
     def close_versions(self, d: TableDef, closes) -> None:
         """End each key's current version (history mode; see history.py)."""
         pk, params = close_params(d, closes, _bind)
-        stmt = (f"UPDATE {q(d.db)}.{q(d.name)} SET valid_to = %s, valid_to_seq = %s, "
-                "is_current = 0 WHERE " + " AND ".join(f"{q(n)} = %s" for n in pk)
+        # valid_to never before valid_from (history._end_time)
+        stmt = (f"UPDATE {q(d.db)}.{q(d.name)} SET valid_to = {NOT_BEFORE_FROM}, "
+                "valid_to_seq = %s, is_current = 0 WHERE "
+                + " AND ".join(f"{q(n)} = %s" for n in pk)
                 + " AND is_current AND valid_from_seq < %s")
-        self._x(stmt, params, many=True)
+        self._x(stmt, [(p[0], *p) for p in params], many=True)
+
+    def current_starts(self, d: TableDef, keys: set[str]) -> dict[str, Decimal]:
+        """See PostgresTarget.current_starts."""
+        def query(pk, part):
+            cols = ", ".join(q(n) for n in pk)
+            one = "(" + ", ".join(["%s"] * len(pk)) + ")"
+            return self._x(f"SELECT {cols}, valid_from_seq FROM {q(d.db)}.{q(d.name)} WHERE "
+                           f"is_current AND ({cols}) IN ({', '.join([one] * len(part))})",
+                           [v for key in part for v in key]).fetchall()
+        return current_starts_of(d, keys, _bind, query) if keys else {}
 
     def close_all(self, db: str, table: str, ts_ms, seq) -> None:
         """History mode's truncate: every current version ends here."""
         when = utc_text(ts_ms)
         if when is not None:
             when = datetime.fromisoformat(when).replace(tzinfo=None)
-        self._x(f"UPDATE {q(db)}.{q(table)} SET valid_to = %s, valid_to_seq = %s, "
-                "is_current = 0 WHERE is_current", (when, seq))
+        self._x(f"UPDATE {q(db)}.{q(table)} SET valid_to = {NOT_BEFORE_FROM}, "
+                "valid_to_seq = %s, is_current = 0 WHERE is_current", (when, when, seq))
 
 
 def _bind(col: ColumnDef, value):

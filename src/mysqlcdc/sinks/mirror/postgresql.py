@@ -34,11 +34,11 @@ from decimal import Decimal
 from datetime import datetime
 
 from mysqlcdc.schema.model import ColumnDef, TableDef
-from mysqlcdc.sinks.mirror.history import close_params, utc_text
+from mysqlcdc.sinks.mirror.history import NOT_BEFORE_FROM, close_params, utc_text
 from mysqlcdc.sinks.mirror.values import BINARY_TYPES, GEOMETRY_TYPES, TEXT_TYPES, python_value
 from mysqlcdc.sinks.mirror.writer import (ColumnChange, RetryableTargetError, SqlSavepoints,
                                           TableRefused, TargetAuthError, key_index_name,
-                                          last_rows_of)
+                                          current_starts_of, last_rows_of)
 
 __all__ = ["PostgresTarget", "pg_type"]
 
@@ -332,20 +332,35 @@ class PostgresTarget(SqlSavepoints):
         from psycopg import sql
 
         pk, params = close_params(d, closes, _bind)
-        stmt = sql.SQL("UPDATE {} SET valid_to = %s, valid_to_seq = %s, is_current = false "
-                       "WHERE {} AND is_current AND valid_from_seq < %s").format(
+        # valid_to never before valid_from (history._end_time)
+        stmt = sql.SQL("UPDATE {} SET valid_to = " + NOT_BEFORE_FROM + ", valid_to_seq = %s, "
+                       "is_current = false WHERE {} AND is_current AND valid_from_seq < %s").format(
             self._name(d.db, d.name),
             sql.SQL(" AND ").join(sql.SQL("{} = %s").format(sql.Identifier(n)) for n in pk))
-        self._x(stmt, params, many=True)
+        self._x(stmt, [(p[0], *p) for p in params], many=True)
+
+    def current_starts(self, d: TableDef, keys: set[str]) -> dict[str, Decimal]:
+        """Each key's current version's ``valid_from_seq`` (history mode; drop_late)."""
+        from psycopg import sql
+
+        def query(pk, part):
+            cols = sql.SQL(", ").join(map(sql.Identifier, pk))
+            rows = sql.SQL(", ").join(sql.SQL("({})").format(
+                sql.SQL(", ").join(sql.Placeholder() * len(pk))) for _ in part)
+            stmt = sql.SQL("SELECT {}, valid_from_seq FROM {} WHERE is_current AND ({}) IN "
+                           "({})").format(cols, self._name(d.db, d.name), cols, rows)
+            return self._x(stmt, [v for key in part for v in key]).fetchall()
+        return current_starts_of(d, keys, _bind, query) if keys else {}
 
     def close_all(self, db: str, table: str, ts_ms, seq) -> None:
         """History mode's truncate: every current version ends here."""
         from psycopg import sql
 
         when = utc_text(ts_ms)
-        self._x(sql.SQL("UPDATE {} SET valid_to = %s, valid_to_seq = %s, is_current = false "
-                        "WHERE is_current").format(self._name(db, table)),
-                (None if when is None else datetime.fromisoformat(when), seq))
+        self._x(sql.SQL("UPDATE {} SET valid_to = " + NOT_BEFORE_FROM + ", valid_to_seq = %s, "
+                        "is_current = false WHERE is_current").format(self._name(db, table)),
+                (None if when is None else datetime.fromisoformat(when),
+                 None if when is None else datetime.fromisoformat(when), seq))
 
 
 def _position(row, stopped) -> dict:

@@ -47,7 +47,7 @@ from mysqlcdc.envelope.model import REKEY_NOTE
 from mysqlcdc.errors import MirrorAuthError, MirrorTableStoppedError, MirrorUnavailableError
 from mysqlcdc.schema.history import SchemaHistory
 from mysqlcdc.schema.model import ColumnDef, TableDef
-from mysqlcdc.sinks.mirror.history import Change, history_def, scd2, version_row
+from mysqlcdc.sinks.mirror.history import Change, drop_late, history_def, scd2, version_row
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["apply_batch", "Target", "TableChanges", "ColumnChange", "diff_columns",
@@ -456,7 +456,9 @@ def write_rows(target: Target, definition: TableDef, changes: TableChanges,
     if hasattr(target, "write_changes"):            # the target reduces and converts itself
         target.write_changes(definition, changes.changes(), history=history)
     elif history:
-        closes, versions = scd2(changes.changes())
+        every = changes.changes()
+        every = drop_late(every, target.current_starts(definition, {c.key for c in every}))
+        closes, versions = scd2(every)
         if closes:
             target.close_versions(definition, closes)
         if versions:                       # keyed by (key, valid_from_seq): a replay rewrites
@@ -478,6 +480,27 @@ def key_index_name(table: str, names: tuple[str, ...]) -> str:
 
     digest = hashlib.sha1("\0".join(names).encode()).hexdigest()[:10]
     return f"{table[:40]}_key_{digest}"
+
+
+def current_starts_of(d: TableDef, keys: set[str], bind, query, *,
+                      part: int = 500) -> dict[str, Decimal]:
+    """``current_starts``' common part: for each key text of ``keys`` whose history table
+    ``d`` has a current version, that version's ``valid_from_seq``. ``query(bound keys)``
+    returns rows of the key columns and ``valid_from_seq`` of the current versions."""
+    cols = {c.name: c for c in d.columns}
+    pk = [n for n in d.primary_key if n != "valid_from_seq"]
+    by_bound: dict[tuple, str] = {}
+    for text in keys:
+        key = json.loads(text)
+        by_bound[tuple(bind(cols[n], key.get(n)) for n in pk)] = text
+    items = list(by_bound)
+    out: dict[str, Decimal] = {}
+    for start in range(0, len(items), part):
+        for row in query(pk, items[start:start + part]):
+            text = by_bound.get(tuple(row[:-1]))
+            if text is not None:
+                out[text] = Decimal(row[-1])
+    return out
 
 
 def last_rows_of(keys: list[dict], names: tuple[str, ...], bind, query, *,
