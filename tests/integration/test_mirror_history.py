@@ -41,8 +41,8 @@ def versions(server, kind: str, db: str, table: str) -> list[tuple]:
                       f"valid_to FROM {q}{db}{q}.{q}{table}{q} ORDER BY id, valid_from_seq")
 
 
-def test_history_versions_ddl_truncate_replay(target):
-    settings, server, db = target
+def applier(settings):
+    """Applies batches as foreach_batch does (one Definitions per pipeline)."""
     defs = Definitions(None)
 
     def apply(rows, batch_id):
@@ -50,6 +50,12 @@ def test_history_versions_ddl_truncate_replay(target):
                                 lambda t: apply_batch(t, rows, batch_id=batch_id, history=True,
                                                       pipeline=settings.pipeline, definitions=defs),
                                 attempts=2, initial_delay_s=0.05, max_delay_s=0.1)
+    return apply
+
+
+def test_history_versions_ddl_truncate_replay(target):
+    settings, server, db = target
+    apply = applier(settings)
     s = Stream(db)
     t = tdef(db, "acct", ID, N)
     create, c1, c2 = s.ddl("acct", None, t), s.ins("acct", {"id": 1, "n": 1}), \
@@ -95,13 +101,7 @@ def test_a_change_older_than_the_current_version_is_left_out(target):
 
     settings, server, db = target
     settings = replace(settings, pipeline=f"{settings.pipeline}_late")   # its own ledger row
-    defs = Definitions(None)
-
-    def apply(rows, batch_id):
-        return run_with_retries(lambda: make_target(settings),
-                                lambda t: apply_batch(t, rows, batch_id=batch_id, history=True,
-                                                      pipeline=settings.pipeline, definitions=defs),
-                                attempts=2, initial_delay_s=0.05, max_delay_s=0.1)
+    apply = applier(settings)
     s = Stream(db)
     t = tdef(db, "late", ID, N)
     create, c1, c2 = s.ddl("late", None, t), s.ins("late", {"id": 1, "n": 1}), \
