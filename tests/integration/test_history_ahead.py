@@ -75,3 +75,23 @@ def test_a_changed_table_is_refused_ahead_and_latest_walks_nothing(mariadb, fres
     latest = _config(tmp_path / "new", mariadb, fresh_db, "latest", 4730)
     history_ahead(latest)()
     assert not SchemaHistory(schema_history_dir(latest, 0)).bootstrapped   # the stream's job
+
+
+def test_a_ddl_between_the_position_and_the_definitions_is_walked(mariadb, fresh_db, tmp_path):
+    """The bootstrap reads the server's position, then the tables' definitions. An ALTER
+    that ran between the two is in the definitions: the walk must reach it, or the
+    history holds the column at the start and the stream's ALTER then quarantines the
+    table (`duplicate column`), as a chaos run found at a pipeline's start."""
+    mariadb.sql(f"CREATE TABLE `{fresh_db}`.a (id INT PRIMARY KEY)")
+    start = binlog_position(mariadb)
+    mariadb.sql(f"ALTER TABLE `{fresh_db}`.a ADD COLUMN v INT")   # after `start` was read
+    cfg = _config(tmp_path, mariadb, fresh_db, str(start), 4740)
+    folder = schema_history_dir(cfg, 0)
+    planner = RangePlanner(SourceOptions.parse({**source_options(cfg, 0),
+                                                "schemaHistory": folder}))
+    try:
+        with pytest.raises(SchemaBootstrapError):            # as the server's position then
+            planner.keeper.ensure(start, start, planner._walk_ddl_recorded)
+    finally:
+        planner.close()
+    assert not SchemaHistory(folder).bootstrapped

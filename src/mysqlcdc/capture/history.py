@@ -101,7 +101,14 @@ class SchemaKeeper:
                 f"changes the server logs as statements, not rows")
 
     def _bootstrap(self, conn, start: BinlogPosition, current: BinlogPosition, scan) -> None:
+        from mysqlcdc.capture.server import current_position
+
         tables = load_tables(conn)
+        # A DDL that ran after ``current`` was read but before the definitions were (a
+        # table altered as the pipeline starts) is in them: the walk must reach it. Its
+        # binlog event is written before its metadata lock, which information_schema
+        # waits for, is released, so the position read now is past it.
+        current = max(current, current_position(conn))
         if start < current:
             touched = self._touched(start, current, scan, tables)
             unsafe = {k: t for k, t in touched.items() if not t.creates}
