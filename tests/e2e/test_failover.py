@@ -197,3 +197,39 @@ def test_a_failover_during_the_initial_snapshot_reads_the_rest_from_the_new_serv
                 state.pop(json.loads(r["key"])["id"], None)
         assert state == dict(replica.sql(f"SELECT id, v FROM shop.t{i}")), f"t{i}"
     assert any(int(r["seq"]) > SEQ_EPOCH and r["op"] == "r" for r in rows)   # from the replica
+
+
+def test_a_failover_keeps_a_quarantined_table_held(spark, topology, tmp_path):
+    """A table the old server's history quarantined stays quarantined after the failover
+    (its rows wait for `mysqlcdc schema resolve`), and the other tables' definitions are
+    carried over as ever: a DDL since the last commit stops nothing."""
+    from mysqlcdc.schema.history import Quarantine, SchemaHistory
+    from mysqlcdc.spark.checkpoint import committed_batches, offset_data
+
+    primary, replica = topology
+    primary.sql("CREATE DATABASE shop", "CREATE TABLE shop.item (id INT PRIMARY KEY, v TEXT)",
+                "CREATE TABLE shop.other (id INT PRIMARY KEY)")
+    cfg = _cfg(primary, tmp_path, str(binlog_position(primary)))
+    _write(primary, 1, 3)
+    run_pipeline(cfg, until_idle=True, spark=spark)
+    folder = tmp_path / "ck" / "0-changelog" / "mysqlcdc-schema"
+    checkpoint = tmp_path / "ck" / "0-changelog"
+    last = offset_data(checkpoint, committed_batches(checkpoint)[0])
+    at = binlog_position(primary)
+    assert (last["file"], int(last["pos"])) == (at.file, at.pos)
+    SchemaHistory(folder).quarantine(Quarantine(      # as the stream does for a DDL it
+        "shop", "other", at, at, "the DDL cannot be parsed", "ALTER TABLE shop.other ..."))
+    primary.sql("ALTER TABLE shop.item ADD COLUMN w INT DEFAULT 7",   # not read yet
+                "INSERT INTO shop.item VALUES (4, 'v4', 4)", "INSERT INTO shop.other VALUES (1)")
+    wait_replicated(primary, replica)
+    primary.stop()
+    replica.sql("STOP SLAVE", "RESET SLAVE ALL")
+
+    run_pipeline(_cfg(replica, tmp_path, str(cfg.source.start)), until_idle=True, spark=spark)
+
+    rows = spark.read.parquet(str(tmp_path / "changelog")).orderBy("seq").collect()
+    assert [json.loads(r["after"]) for r in rows if r["op"] == "c" and r["table"] == "item"][-1] \
+        == {"id": 4, "v": "v4", "w": 4}
+    assert not [r for r in rows if r["table"] == "other" and r["op"] == "c"]   # held
+    held = SchemaHistory(folder).open_quarantine("shop", "other")
+    assert held is not None and "before the failover" in held.reason

@@ -20,9 +20,10 @@ start), and the next micro-batch is a seek batch to where the GTID set ends on t
 server. The new history starts there with the old history's definitions at the last
 committed position: the same transactions have run on both servers up to that point, so
 the tables are what they were, and the DDL logged since on the new server (the pipeline
-may be far behind it after an outage) is walked as the stream reaches it. Only an old
-history that holds quarantines, resolutions or no bootstrap is not carried over: then
-the history is bootstrapped from the new server, as for a new pipeline. The offsets'
+may be far behind it after an outage) is walked as the stream reaches it. A table still
+quarantined there is quarantined again at the new position (its rows wait for
+``mysqlcdc schema resolve``, as before), one skipped stays skipped, and one resolved
+by ``reload`` carries the reloaded definition. The offsets'
 ``epoch`` grows by one, so every seq from the new server sorts after the old server's.
 At most the uncommitted batch is read again (from the new server).
 """
@@ -41,7 +42,7 @@ from mysqlcdc.config.models import PipelineConfig
 from mysqlcdc.errors import SourceChangedError
 from mysqlcdc.gtidset import GtidSet
 from mysqlcdc.protocol.connection import connect_sql, query
-from mysqlcdc.schema.history import SchemaHistory
+from mysqlcdc.schema.history import Quarantine, SchemaHistory
 from mysqlcdc.types import BinlogPosition
 from mysqlcdc.spark.checkpoint import committed_batches, local_dir, offset_data
 
@@ -133,11 +134,18 @@ def _follow(cfg: PipelineConfig, index: int, folder: Path, checkpoint: Path,
     finder = PositionFinder(settings, cfg.source.sink_server_id(index), lambda: conn,
                             retry_policy(cfg))
     position, _ = finder.resolve_gtid(ours)
-    carried = _definitions_at(folder, committed)
+    carried, held = _definitions_at(folder, committed)
     dropped = drop_uncommitted(checkpoint)
     archive_history(folder, "failover")
     if carried is not None:
-        SchemaHistory(folder).bootstrap(position, carried)
+        history = SchemaHistory(folder)
+        history.bootstrap(position, carried)
+        for q, skip in held:            # still held: their rows wait for a resolution
+            history.quarantine(Quarantine(
+                q.db, q.table, position, position,
+                f"quarantined on the old server before the failover: {q.reason}", q.ddl))
+            if skip:
+                history.resolve(q.db, q.table, "skip", None)
     source = folder / "source.json"
     if source.exists():
         source.rename(folder / f"source.json.failover-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -154,14 +162,23 @@ def _follow(cfg: PipelineConfig, index: int, folder: Path, checkpoint: Path,
                "from it as a backfill" if unfinished else ""))
 
 
-def _definitions_at(folder: Path, committed: dict) -> dict | None:
+def _definitions_at(folder: Path, committed: dict) -> tuple[dict | None,
+                                                           list[tuple[Quarantine, bool]]]:
     """Every table's definition in the sink's schema history at the committed offset's
-    position on the old server (where its GTID set ends there), or None when the history
-    cannot be carried over (see the module doc)."""
+    position on the old server (where its GTID set ends there), and the quarantines still
+    open there or resolved by ``skip`` (True), their tables left out: the new history
+    holds them again. None when the old history was never bootstrapped."""
     history = SchemaHistory(folder)
-    if not history.bootstrapped or history.quarantines or history.resolutions:
-        return None
-    return history.tables_at(BinlogPosition.of(committed["file"], int(committed["pos"])))
+    if not history.bootstrapped:
+        return None, []
+    tables = history.tables_at(BinlogPosition.of(committed["file"], int(committed["pos"])))
+    held: list[tuple[Quarantine, bool]] = []
+    for db, table in sorted(history.quarantines):
+        q, skip = history.open_quarantine(db, table), history.skipped(db, table)
+        if q is not None or skip:
+            tables.pop((db, table), None)
+            held.append((q or history.quarantines[(db, table)][-1], skip and q is None))
+    return tables, held
 
 
 def _snapshot_left(folder: Path, committed: dict, position) -> list[str]:
