@@ -7,7 +7,7 @@ plus:
 - ``dml_type``: +1 for an inserted image, -1 for a deleted one; an update is a -1 row
   of the old image and a +1 row of the new one; a snapshot read ``r`` is +1; 0 where
   the log already counts the key's state (a read of a key it holds live, a change older
-  than the key's last logged row, the old image of a key it never held:
+  than the key's last counted row, the old image of a key it never held:
   :func:`changelog_rows`);
 - ``uow_id``: the unit of work (transaction): the smallest ``seq`` of its changes, so
   monotonically increasing in commit order and unique;
@@ -107,8 +107,8 @@ def changelog_rows(rows: Iterable[dict], suffix: str, last_rows=None) -> list[di
       the pipeline's start without a snapshot).
 
     ``last_rows(db, table, file, pos, names, keys)`` asks the target for each key's last
-    counted ``(dml_type, gsn)`` (None: none); without it every image counts but a read of a key
-    an earlier change of the batch left live."""
+    counted ``(dml_type, gsn)`` (None: none); without it every image counts, but a read of
+    a key an earlier change of the batch left live."""
     rows = sorted(rows, key=lambda r: Decimal(r["seq"]))
     state = _logged(rows, suffix, last_rows) if last_rows is not None else {}
     uow: dict[str, Decimal] = {}

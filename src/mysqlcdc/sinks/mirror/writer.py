@@ -482,25 +482,27 @@ def key_index_name(table: str, names: tuple[str, ...]) -> str:
     return f"{table[:40]}_key_{digest}"
 
 
+def _last_by_key(items: list[tuple], query, values: int, part: int) -> dict[tuple, tuple]:
+    """The last row of each bound key of ``items``, looked up ``part`` keys at a time with
+    ``query(keys)`` (rows of the key columns then ``values`` more, in order): key ->
+    those values."""
+    last: dict[tuple, tuple] = {}
+    for start in range(0, len(items), part):
+        for row in query(items[start:start + part]):
+            last[tuple(row[:-values])] = tuple(row[-values:])
+    return last
+
+
 def current_starts_of(d: TableDef, keys: set[str], bind, query, *,
                       part: int = 500) -> dict[str, Decimal]:
     """``current_starts``' common part: for each key text of ``keys`` whose history table
-    ``d`` has a current version, that version's ``valid_from_seq``. ``query(bound keys)``
-    returns rows of the key columns and ``valid_from_seq`` of the current versions."""
+    ``d`` has a current version, that version's ``valid_from_seq``. ``query(pk, bound
+    keys)`` returns rows of the key columns and ``valid_from_seq`` of current versions."""
     cols = {c.name: c for c in d.columns}
     pk = [n for n in d.primary_key if n != "valid_from_seq"]
-    by_bound: dict[tuple, str] = {}
-    for text in keys:
-        key = json.loads(text)
-        by_bound[tuple(bind(cols[n], key.get(n)) for n in pk)] = text
-    items = list(by_bound)
-    out: dict[str, Decimal] = {}
-    for start in range(0, len(items), part):
-        for row in query(pk, items[start:start + part]):
-            text = by_bound.get(tuple(row[:-1]))
-            if text is not None:
-                out[text] = Decimal(row[-1])
-    return out
+    by_bound = {tuple(bind(cols[n], json.loads(t).get(n)) for n in pk): t for t in keys}
+    found = _last_by_key(list(by_bound), lambda part_: query(pk, part_), 1, part)
+    return {by_bound[k]: Decimal(v[0]) for k, v in found.items() if k in by_bound}
 
 
 def last_rows_of(keys: list[dict], names: tuple[str, ...], bind, query, *,
@@ -509,19 +511,10 @@ def last_rows_of(keys: list[dict], names: tuple[str, ...], bind, query, *,
     ``part`` at a time with ``query(bound keys)`` (rows of the key columns, ``dml_type``
     and ``gsn`` of the counted rows, ``dml_type`` not 0, in ``gsn`` order). For each key
     its last counted row's ``(dml_type, gsn)``, or None when the table counts none."""
-    wanted: dict[tuple, list[int]] = {}
-    for i, key in enumerate(keys):
-        wanted.setdefault(tuple(bind(n, key.get(n)) for n in names), []).append(i)
-    found: list[tuple[int, Decimal] | None] = [None] * len(keys)
-    items = list(wanted)
-    for start in range(0, len(items), part):
-        last: dict[tuple, tuple[int, Decimal]] = {}
-        for row in query(items[start:start + part]):
-            last[tuple(row[:-2])] = (int(row[-2]), Decimal(row[-1]))
-        for key, state in last.items():
-            for i in wanted.get(key, ()):
-                found[i] = state
-    return found
+    bound = [tuple(bind(n, key.get(n)) for n in names) for key in keys]
+    found = _last_by_key(list(dict.fromkeys(bound)), query, 2, part)
+    return [None if k not in found else (int(found[k][0]), Decimal(found[k][1]))
+            for k in bound]
 
 
 def _has_key_columns(after: str | None, key: str | None) -> bool:
