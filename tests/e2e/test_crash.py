@@ -179,6 +179,43 @@ def test_sigterm_stops_the_pipeline_and_every_process_it_started(mariadb, fresh_
     assert "stopped" in log and "Traceback" not in log and "Error" not in log, log[-3000:]
 
 
+def _java(pid: int) -> bool:
+    try:
+        return b"java" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_a_sigterm_to_every_process_while_spark_starts_is_a_stop(mariadb, fresh_db, tmp_path):
+    """What a service manager sends to a whole control group (or a container's stop): the
+    same SIGTERM to the CLI and the JVM it is starting. The run says it stopped (it died
+    of the signal, silently, when the handler came only after Spark's start), and the
+    next run captures every change."""
+    db = fresh_db
+    start = str(binlog_position(mariadb))
+    mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)", db=db)
+    config = _write_config(tmp_path, mariadb, db, start)
+    proc = _start(config)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(_java(p) for p in descendants(proc.pid)):   # Spark is starting
+            assert proc.poll() is None and time.monotonic() < deadline, \
+                (tmp_path / "pipeline.log").read_text()[-3000:]
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, (tmp_path / "pipeline.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    log = (tmp_path / "pipeline.log").read_text()
+    assert "stopped" in log and "Traceback" not in log and "Error" not in log, log[-3000:]
+    again = _start(config, "--until-idle")
+    assert again.wait(timeout=300) == 0, (tmp_path / "pipeline.log").read_text()[-3000:]
+    rows = ds.dataset(str(tmp_path / "changelog-parquet"), format="parquet",
+                      partitioning="hive").to_table().to_pylist()
+    assert sorted(json.loads(r["key"])["id"] for r in rows if r["op"] == "c") == [1, 2]
+
+
 def test_a_run_that_died_writing_its_offset_log_starts_again(spark, mariadb, fresh_db, tmp_path):
     """A full disk (or a kill) between Spark's write of an offset file and its rename
     leaves ``.0.<uuid>.tmp`` in the offset log, and Spark then refuses the checkpoint for

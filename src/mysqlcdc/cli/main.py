@@ -127,11 +127,21 @@ def run(
                                 resume_from_sink=resume_from_sink, quiet=not verbose)
         if until_idle or cfg.source.snapshot_mode() == "initial_only":
             console.print(caught_up(cfg.name, ends), soft_wrap=True)
-    except MysqlcdcError as err:
-        _fail(err)
     except KeyboardInterrupt:
-        console.print("stopped (the checkpoint keeps the position; run again to resume)")
-        raise typer.Exit(130)
+        _stopped()
+    except Exception as err:
+        from mysqlcdc.pipeline.runner import stop_requested
+
+        if stop_requested():     # the JVM (sent the same SIGTERM) went first: still a stop
+            _stopped()
+        if isinstance(err, MysqlcdcError):
+            _fail(err)
+        raise
+
+
+def _stopped() -> None:
+    console.print("stopped (the checkpoint keeps the position; run again to resume)")
+    raise typer.Exit(130)
 
 
 def caught_up(name: str, ends: list[dict]) -> str:

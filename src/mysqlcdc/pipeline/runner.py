@@ -8,6 +8,9 @@ for progress, so a sink that crashed resumes exactly where it committed.
 from __future__ import annotations
 
 import logging
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -125,8 +128,6 @@ def history_ahead(cfg: PipelineConfig,
     (SCHEMA_BOOTSTRAP_UNSAFE); any other failure is left to the stream, which makes the
     history as before, through its retries. ``on_ready`` is called (on the thread) once
     every history is made."""
-    import threading
-
     from mysqlcdc.capture.control import StreamControl
     from mysqlcdc.errors import SchemaBootstrapError
 
@@ -486,6 +487,8 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
 
     from mysqlcdc.pipeline.failover import follow_failover
 
+    if spark is None:                # this process owns Spark: a SIGTERM stops it as Ctrl-C does,
+        _stop_on_sigterm()           # from the first step (a service stopped while it starts)
     if resume_from_sink or wants_sink_resume(cfg):
         cfg = sink_resume(cfg)
     if cfg.transforms or any(s.transforms for s in cfg.sinks):
@@ -502,7 +505,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             a.start()
     history_ready = history_ahead(cfg, on_ready=lambda: [a.start() for a in aheads.values()])
     owns_spark = spark is None
-    if spark is None:                # this process owns Spark: stop it on SIGTERM too
+    if spark is None:
         try:
             spark = build_session(cfg.spark.master, cfg.spark.app_name or cfg.name,
                                   dict(cfg.spark.conf), jit=jit_mode(cfg), quiet_boot=quiet)
@@ -510,7 +513,6 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             for a in aheads.values():
                 a.stop()
             raise
-        _stop_on_sigterm()
     if quiet:
         from mysqlcdc.spark.session import quiet_failures
 
@@ -542,9 +544,7 @@ def run_pipeline(cfg: PipelineConfig, *, until_idle: bool = False,
             raise
         raise named from exc
     finally:
-        import sys
-
-        interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+        interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt) or stop_requested()
         if heartbeat is not None:
             heartbeat.stop()
         for q in queries:
@@ -625,31 +625,63 @@ def _plain_interrupt() -> None:
     """Ctrl-C reaches the JVM too (one process group), which then shuts down while
     PySpark's own SIGINT handler still calls into it; the Py4J bridge then logs stacks
     of its failed calls. Raise KeyboardInterrupt at once instead, and silence the bridge."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return
 
     signal.signal(signal.SIGINT, interrupt)
 
 
+_STOP = threading.Event()
+
+
+def stop_requested() -> bool:
+    """A SIGINT or SIGTERM asked this process to stop (:func:`interrupt` ran). What fails
+    after that (the JVM, which got the same signal from the service manager, gone
+    under a call) is the stop, not an error of its own."""
+    return _STOP.is_set()
+
+
 def interrupt(signum, frame) -> None:   # noqa: ARG001
     """Stop where the main thread is, with the bridge silenced: a call into the JVM it
-    cuts short would log its stack (``KeyboardInterrupt while sending command``)."""
+    cuts short would log its stack (``KeyboardInterrupt while sending command``).
+
+    A signal handler runs between two bytecodes of the main thread, which may be inside a
+    finalizer (Py4J releases Java objects from weakref callbacks): Python prints and drops
+    an exception raised there. :func:`_redeliver` catches that drop and delivers the
+    signal again, at the main thread's next step."""
+    _STOP.set()
     logging.getLogger().setLevel(logging.CRITICAL)
     for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
+    if sys.unraisablehook is not _redeliver:
+        global _unraisable
+        _unraisable, sys.unraisablehook = sys.unraisablehook, _redeliver
+    _last_signal[0] = signum
     raise KeyboardInterrupt
+
+
+_unraisable = sys.unraisablehook
+_last_signal = [signal.SIGINT]
+
+
+def _redeliver(unraisable) -> None:
+    """``sys.unraisablehook`` once a stop was asked: a KeyboardInterrupt swallowed in a
+    finalizer is raised again in the main thread (through the handler of the signal that
+    raised it), silently; anything else goes to the previous hook."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        import _thread
+
+        # from another thread, a moment later: the main thread takes a signal at its next
+        # step, and its next step is still in the finalizer while this hook runs
+        threading.Timer(0.01, _thread.interrupt_main, (_last_signal[0],)).start()
+        return
+    _unraisable(unraisable)
 
 
 def _stop_on_sigterm() -> None:
     """SIGTERM (systemd, Kubernetes, ``kill``) stops the queries like Ctrl-C does: the
     running batch's work is left to the checkpoint and the source's Python runners end
     with their queries, instead of outliving a JVM that died under them."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return
 
