@@ -132,3 +132,58 @@ def test_bootstrap_at_an_older_position_is_fine_when_tables_were_only_created(
     run_pipeline(cfg, until_idle=True, spark=spark)
     assert _inserted(_rows(spark, tmp_path)) == [
         ("c", {"id": 1, "z": "1.50"}), ("c", {"w": 7, "id": 2, "z": "2.25"})]
+
+
+def _two_sinks(tmp_path: Path, mariadb, db: str, start: str, sinks: int) -> Path:
+    """The pipeline with its first ``sinks`` changelog sinks (each its own query and history)."""
+    path = tmp_path / f"pipeline-{sinks}.yaml"
+    listed = "".join(f"  - changelog:\n      path: {tmp_path / f'changelog-{i}'}\n"
+                     for i in range(sinks))
+    path.write_text(f"""
+name: quarantine-behind
+source:
+  host: {mariadb.host}
+  port: {mariadb.port}
+  user: {mariadb.user}
+  server_id: 4610
+  start: "{start}"
+  tables:
+    include: ["{db}.*"]
+  max_events_per_batch: 5
+spark:
+  checkpoint: {tmp_path / "checkpoint"}
+  trigger_interval: "200 milliseconds"
+sinks:
+{listed}""")
+    return path
+
+
+def test_a_resolve_reaches_a_sink_that_has_not_met_the_ddl_yet(spark, mariadb, fresh_db,
+                                                               tmp_path):
+    """One sink's query quarantined the table; another, behind it, had not read that far
+    when the user resolved it. That one quarantined it later, with nobody to resolve it,
+    and held its rows for good; now the resolution waits for it there."""
+    mariadb.sql("CREATE TABLE q (id INT PRIMARY KEY, s VARCHAR(10))", db=fresh_db)
+    start = str(binlog_position(mariadb))
+    both = load_pipeline(_two_sinks(tmp_path, mariadb, fresh_db, start, 2))
+    mariadb.sql("INSERT INTO q VALUES (1, 'a')", db=fresh_db)
+    run_pipeline(both, until_idle=True, spark=spark)             # both histories exist
+    mariadb.sql("ALTER TABLE q CONVERT TO CHARACTER SET binary",
+                *[f"INSERT INTO q VALUES ({i}, 'b')" for i in range(2, 8)], db=fresh_db)
+    first = load_pipeline(_two_sinks(tmp_path, mariadb, fresh_db, start, 1))
+    run_pipeline(first, until_idle=True, spark=spark)            # only the first goes on
+
+    config = tmp_path / "pipeline-2.yaml"
+    resolved = CliRunner().invoke(app, ["schema", "resolve", str(config), f"{fresh_db}.q",
+                                        "--reload"])
+    assert resolved.exit_code == 0, resolved.output
+    assert "not held there yet" in resolved.output, resolved.output
+    mariadb.sql("INSERT INTO q VALUES (8, 'c')", db=fresh_db)
+    run_pipeline(both, until_idle=True, spark=spark)
+
+    for i in range(2):
+        rows = spark.read.parquet(str(tmp_path / f"changelog-{i}")).collect()
+        got = sorted(json.loads(r["after"])["id"] for r in rows if r["op"] == "c")
+        assert got == list(range(1, 9)), (i, got)
+    shown = CliRunner().invoke(app, ["schema", "history", str(config), f"{fresh_db}.q"])
+    assert "OPEN" not in shown.output, shown.output

@@ -65,13 +65,22 @@ def resolve_table(cfg: PipelineConfig, table: str, action: str) -> list[str]:
         if definition is None:
             raise ConfigError(f"{table} does not exist on the server; nothing to reload",
                               hint="Use --skip to drop the table's held-back rows instead.")
-    done = []
-    for history in _existing(cfg):
-        if not history.is_quarantined(db, name):
-            continue
-        q = history.resolve(db, name, action, definition)
-        done.append(f"{history.path}: {table} quarantined at {q.pos} -> {action}")
-    if not done:
+    histories = _existing(cfg)
+    held = [(h, h.open_quarantine(db, name)) for h in histories]
+    if not any(q is not None for _, q in held):
         raise ConfigError(f"{table} is not quarantined in any sink's schema history",
                           hint="`mysqlcdc schema history PIPELINE.yaml` lists quarantines.")
+    done = []
+    for history, q in held:
+        if q is not None:
+            history.resolve(db, name, action, definition)
+            done.append(f"{history.path}: {table} quarantined at {q.pos} -> {action}")
+    # a sink whose stream is behind has not met the DDL yet: it would quarantine the table
+    # there later, with nobody to resolve it; resolve it ahead at the same position
+    for pos in sorted({q.pos for _, q in held if q is not None}):
+        for history, q in held:
+            if q is None and not history.has_quarantine(db, name, pos):
+                history.resolve_ahead(db, name, pos, action, definition)
+                done.append(f"{history.path}: {table} not held there yet (behind {pos}) -> "
+                            f"{action} when its stream gets there")
     return done

@@ -344,6 +344,18 @@ class SchemaHistory:
                        "definition": None if definition is None else definition.to_json()}])
         return q
 
+    def resolve_ahead(self, db: str, table: str, pos: BinlogPosition, action: str,
+                      definition: TableDef | None) -> None:
+        """Resolve the quarantine another sink's history holds at ``pos``, before this
+        history's stream (behind that sink's) gets there: when it quarantines the table at
+        ``pos``, the resolution is in force from its next micro-batch, as if written then."""
+        self._append([{"type": "resolve", "db": db, "table": table, "pos": _pos_json(pos),
+                       "action": action,
+                       "definition": None if definition is None else definition.to_json()}])
+
+    def has_quarantine(self, db: str, table: str, pos: BinlogPosition) -> bool:
+        return any(q.pos == pos for q in self.quarantines.get((db, table), ()))
+
     def mark_planned(self, r: Resolution, at: BinlogPosition) -> None:
         self._append([{"type": "planned", "db": r.db, "table": r.table, "pos": _pos_json(r.pos),
                        "planned": _pos_json(at)}])
@@ -358,7 +370,13 @@ class SchemaHistory:
         return self._view
 
     def skipped(self, db: str, table: str) -> bool:
-        return any(r.action == "skip" for r in self.resolutions.get((db, table), ()))
+        return any(r.action == "skip" for r in self._arrived((db, table)))
+
+    def _arrived(self, key: Key) -> list[Resolution]:
+        """The table's resolutions whose quarantine this history holds: one written ahead
+        (:meth:`resolve_ahead`) waits until its stream gets to the quarantine."""
+        held = {q.pos for q in self.quarantines.get(key, ())}
+        return [r for r in self.resolutions.get(key, ()) if r.pos in held]
 
     def tables_at(self, pos: BinlogPosition) -> dict[Key, TableDef]:
         """Every table's definition in force after all changes at or before ``pos``."""
@@ -384,8 +402,8 @@ class SchemaHistory:
         return self.open_quarantine(db, table) is not None
 
     def unplanned(self) -> Iterator[Resolution]:
-        for rs in self.resolutions.values():
-            yield from (r for r in rs if r.planned is None)
+        for key in list(self.resolutions):
+            yield from (r for r in self._arrived(key) if r.planned is None)
 
     def catchups(self, batch_start: BinlogPosition) -> list[tuple[Quarantine, Resolution]]:
         """Quarantines resolved by ``reload`` whose held-back rows are re-read in the

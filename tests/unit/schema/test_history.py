@@ -121,6 +121,37 @@ def test_skip_holds_the_table_for_good(tmp_path):
         h.resolve("db", "t", "skip", None)
 
 
+@pytest.mark.parametrize("action", ["reload", "skip"])
+def test_a_resolution_written_ahead_waits_for_its_quarantine(tmp_path, action):
+    """A sink behind another has not met the DDL the other quarantined at: the resolution
+    written ahead into its history changes nothing until its own stream quarantines the
+    table at that position; from the next batch on it is in force as if written then."""
+    h = SchemaHistory(tmp_path)
+    h.bootstrap(P("bin.000001", 4), {("db", "t"): t("a")})
+    h.resolve_ahead("db", "t", P("bin.000001", 700), action,
+                    t("a", "b") if action == "reload" else None)
+    assert list(h.unplanned()) == [] and not h.skipped("db", "t")     # not there yet
+    assert not h.is_quarantined("db", "t")
+    early = h.view(batch_start=P("bin.000001", 600))
+    assert not early.held("db", "t", P("bin.000001", 650))
+    assert early.definition("db", "t", P("bin.000001", 650)).column_names == ("a",)
+
+    q = Quarantine("db", "t", P("bin.000001", 700), P("bin.000001", 600), "cannot parse", "ALTER")
+    h.quarantine(q)                          # its stream gets there
+    assert h.has_quarantine("db", "t", P("bin.000001", 700)) and not h.is_quarantined("db", "t")
+    assert h.view(batch_start=P("bin.000001", 600)).held("db", "t", P("bin.000001", 701))
+    (r,) = h.unplanned()
+    h.mark_planned(r, P("bin.000001", 900))
+    later = SchemaHistory(tmp_path).view(batch_start=P("bin.000001", 900))
+    if action == "reload":
+        assert not later.held("db", "t", P("bin.000001", 901))
+        assert later.definition("db", "t", P("bin.000001", 701)).column_names == ("a", "b")
+        (cq, _), = h.catchups(P("bin.000001", 900))
+        assert cq == q                       # the held rows are read again
+    else:
+        assert h.skipped("db", "t") and later.held("db", "t", P("bin.000001", 901))
+
+
 def test_view_pickles_and_filters_tables():
     h = SchemaHistory()
     h.bootstrap(P("bin.000001", 4), {("db", "t"): t("a"), ("db", "u"): t("x")})
