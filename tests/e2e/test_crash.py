@@ -150,14 +150,19 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_sigterm_stops_the_pipeline_and_every_process_it_started(mariadb, fresh_db, tmp_path):
-    """What a service manager sends: the CLI stops its queries as for Ctrl-C, and the JVM
-    and every Python runner under it end too (none is left behind, reparented)."""
-    db = fresh_db
+def _two_rows_and_a_run(mariadb, db: str, tmp_path: Path) -> tuple[Path, subprocess.Popen]:
+    """A table with two rows written after the pipeline's start position, and a run of
+    the pipeline started (without --until-idle)."""
     start = str(binlog_position(mariadb))
     mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)", db=db)
     config = _write_config(tmp_path, mariadb, db, start)
-    proc = _start(config)
+    return config, _start(config)
+
+
+def test_sigterm_stops_the_pipeline_and_every_process_it_started(mariadb, fresh_db, tmp_path):
+    """What a service manager sends: the CLI stops its queries as for Ctrl-C, and the JVM
+    and every Python runner under it end too (none is left behind, reparented)."""
+    config, proc = _two_rows_and_a_run(mariadb, fresh_db, tmp_path)
     try:
         deadline = time.monotonic() + 240
         while _committed_batches(tmp_path / "checkpoint") == 0:
@@ -191,11 +196,7 @@ def test_a_sigterm_to_every_process_while_spark_starts_is_a_stop(mariadb, fresh_
     same SIGTERM to the CLI and the JVM it is starting. The run says it stopped (it died
     of the signal, silently, when the handler came only after Spark's start), and the
     next run captures every change."""
-    db = fresh_db
-    start = str(binlog_position(mariadb))
-    mariadb.sql("CREATE TABLE t (id INT PRIMARY KEY)", "INSERT INTO t VALUES (1), (2)", db=db)
-    config = _write_config(tmp_path, mariadb, db, start)
-    proc = _start(config)
+    config, proc = _two_rows_and_a_run(mariadb, fresh_db, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not any(_java(p) for p in descendants(proc.pid)):   # Spark is starting
