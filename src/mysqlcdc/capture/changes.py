@@ -32,6 +32,10 @@ from mysqlcdc.capture import xa
 from mysqlcdc.capture.transactions import TxnTracker
 from mysqlcdc.types import BinlogPosition, binlog_file_number
 
+# the row number (in ``seq``) of a schema record that a resolution by reload writes at a
+# quarantined DDL's position: far above what the statement's own records number
+RELOAD_ROW = 100_000
+
 __all__ = ["RawEventLike", "FileEvent", "ChangeDecoder", "HistoryLookup", "PassOver",
            "iter_change_batches", "pass_over_enabled"]
 
@@ -444,6 +448,8 @@ class ChangeDecoder:
             if change.kind == "trust" or not self.include(change.db, change.table):
                 continue
             op = OP_TRUNCATE if change.kind == "truncate" else OP_SCHEMA
+            if change.kind == "reload":    # read by a catch-up task, which sees this table
+                row = max(row, RELOAD_ROW)  # alone: clear of the statement's other records
             self.builder.add_event(
                 op, change.db, change.table,
                 None if change.before is None or op == OP_TRUNCATE else change.before.to_json(),

@@ -427,14 +427,25 @@ class SchemaHistory:
         for c in self.in_order:
             if keep(c.key):
                 by_pos.setdefault((c.pos.file, c.pos.pos), []).append(c)
-        # a resolution by reload is a version at the quarantine position
+        # a resolution by reload is a version at the quarantine position; when a DDL was
+        # quarantined there, it is that DDL's schema change too (a catch-up task reads the
+        # DDL's event again and writes the record the quarantine kept back: a mirror
+        # retypes its columns by it)
         for k, rs in self.resolutions.items():
             if keep(k):
                 for r in rs:
                     if r.action == "reload" and r.planned is not None and r.definition is not None:
                         lst = versions.setdefault(k, [])
-                        lst.append(Change(r.pos, "reload", k[0], k[1], r.definition))
+                        at = (r.pos.file_number, r.pos.pos, 1)
+                        before = next((c.definition for c in reversed(lst) if c.sort_key() < at),
+                                      None)
+                        q = next((q for q in self.quarantines.get(k, ()) if q.pos == r.pos), None)
+                        change = Change(r.pos, "reload", k[0], k[1], r.definition,
+                                        q.ddl if q is not None else None, before=before)
+                        lst.append(change)
                         lst.sort(key=Change.sort_key)
+                        if change.ddl:
+                            by_pos.setdefault((r.pos.file, r.pos.pos), []).append(change)
         return SchemaView(
             versions=versions,
             quarantines={k: list(v) for k, v in self.quarantines.items() if keep(k)},
