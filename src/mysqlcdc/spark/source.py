@@ -127,8 +127,10 @@ def _read_chunk(chunk) -> Iterator[pa.RecordBatch]:
 
 
 # a new pipeline that starts at ``latest`` takes the server's position again this many
-# times when a DDL runs between that position and the definitions it reads
-_LATEST_TRIES = 10
+# times when a DDL runs between that position and the definitions it reads (each try
+# costs one position, the definitions and a short walk; 10 lost to a DDL every 60 ms on
+# a slow machine in a CI run)
+_LATEST_TRIES = 50
 
 
 class MysqlcdcDataSource(DataSource):
