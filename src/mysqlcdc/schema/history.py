@@ -375,8 +375,11 @@ class SchemaHistory:
     def _arrived(self, key: Key) -> list[Resolution]:
         """The table's resolutions whose quarantine this history holds: one written ahead
         (:meth:`resolve_ahead`) waits until its stream gets to the quarantine."""
+        rs = self.resolutions.get(key)
+        if not rs:                  # the common case, asked at every TABLE_MAP the keeper checks
+            return []
         held = {q.pos for q in self.quarantines.get(key, ())}
-        return [r for r in self.resolutions.get(key, ()) if r.pos in held]
+        return [r for r in rs if r.pos in held]
 
     def tables_at(self, pos: BinlogPosition) -> dict[Key, TableDef]:
         """Every table's definition in force after all changes at or before ``pos``."""
