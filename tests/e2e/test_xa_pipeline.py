@@ -10,6 +10,7 @@ import pytest
 
 from mysqlcdc.sinks.changelog import current_state_sql, read_changelog
 
+from tests.support.mariadb import xa_finish
 from tests.e2e.test_backfill import _config, _in_process, _source, own  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.e2e
@@ -32,10 +33,10 @@ def test_prepared_transactions_appear_when_they_commit_and_never_when_rolled_bac
     _prepare(own, "undone", "INSERT INTO shop.t VALUES (1002, 3)", "UPDATE shop.t SET v = 0 WHERE id = 3")
     own.sql("INSERT INTO shop.t VALUES (1003, 4)")
     _in_process(spark, config)                       # all three still open here
-    own.sql("XA COMMIT 'before'")
-    own.sql("XA ROLLBACK 'undone'")
+    xa_finish(own, "XA COMMIT 'before'")
+    xa_finish(own, "XA ROLLBACK 'undone'")
     own.sql("INSERT INTO shop.t VALUES (1004, 5)")
-    own.sql("XA COMMIT 'later'")
+    xa_finish(own, "XA COMMIT 'later'")
     own.sql("UPDATE shop.t SET v = 7 WHERE id = 1001")
     _in_process(spark, config)
     changelog = str(tmp_path / "changelog")

@@ -13,7 +13,7 @@ from mysqlcdc.spark.options import SourceOptions
 from mysqlcdc.types import BinlogPosition
 
 from tests.integration.test_batch_ends import _drive
-from tests.support.mariadb import binlog_position
+from tests.support.mariadb import binlog_position, xa_finish
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def xa(mariadb, fresh_db):
                for r in mariadb.sql("XA RECOVER")}
     for x in made:
         if x in pending:
-            mariadb.sql(f"XA ROLLBACK '{x}'")
+            xa_finish(mariadb, f"XA ROLLBACK '{x}'")
 
 
 def _prepare(mariadb, xid: str, *statements: str) -> None:
@@ -96,9 +96,9 @@ def test_rolled_back_changes_never_appear_and_committed_ones_appear_at_their_com
     mariadb.sql(*[f"INSERT INTO `{db}`.t VALUES ({i}, {i})" for i in range(100, 110)])
     _prepare(mariadb, b, f"INSERT INTO `{db}`.t VALUES (4, 4)",
              f"UPDATE `{db}`.t SET id = 20 WHERE id = 2")        # a key change
-    mariadb.sql(f"XA ROLLBACK {a}")
+    xa_finish(mariadb, f"XA ROLLBACK {a}")
     mariadb.sql(*[f"INSERT INTO `{db}`.t VALUES ({i}, {i})" for i in range(110, 120)])
-    mariadb.sql(f"XA COMMIT {b}")
+    xa_finish(mariadb, f"XA COMMIT {b}")
     mariadb.sql(f"UPDATE `{db}`.t SET v = 40 WHERE id = 4")     # after the commit: last
     mariadb.sql(f"XA START {c}", f"INSERT INTO `{db}`.t VALUES (5, 5)", f"XA END {c}",
                 f"XA COMMIT {c} ONE PHASE")
@@ -149,7 +149,7 @@ def test_a_commit_batches_later_is_found_after_a_restart_and_without_records(
     assert [r["key"] for r in rows] == ['{"id":3}']
     last_end = ends[-1]
     mariadb.sql(f"INSERT INTO `{db}`.t VALUES (4, 4)")
-    mariadb.sql(f"XA COMMIT {e}")
+    xa_finish(mariadb, f"XA COMMIT {e}")
     again = _planner(source_options, tmp_path, "p", start, db)
     try:
         offset = _last_offset(again, start, last_end)
@@ -194,7 +194,7 @@ def test_a_transaction_prepared_before_the_pipeline_began_is_found_in_the_binlog
     _prepare(mariadb, f, f"INSERT INTO `{db}`.t VALUES (7, 7)")
     start = binlog_position(mariadb)
     mariadb.sql(f"INSERT INTO `{db}`.t VALUES (8, 8)")
-    mariadb.sql(f"XA COMMIT {f}")
+    xa_finish(mariadb, f"XA COMMIT {f}")
     _, rows = _read_all(source_options, tmp_path, start, db)
     assert [(r["op"], r["key"]) for r in rows] == [("c", '{"id":8}'), ("c", '{"id":7}')]
 
@@ -213,7 +213,7 @@ def test_a_commit_whose_prepare_no_binlog_holds_is_a_named_error(
     start = binlog_position(mariadb)
     mariadb.sql("SET SESSION sql_log_bin = 0", f"XA START {g}",
                 f"INSERT INTO `{db}`.t VALUES (9, 9)", f"XA END {g}", f"XA PREPARE {g}")
-    mariadb.sql(f"XA COMMIT {g}")
+    xa_finish(mariadb, f"XA COMMIT {g}")
     planner = _planner(source_options, tmp_path, "p", start, db)
     try:
         offset = {"file": start.file, "pos": start.pos}

@@ -7,7 +7,7 @@ from mysqlcdc.pipeline.localserver import MariaDB, find_binary, free_port
 from mysqlcdc.types import BinlogPosition
 
 __all__ = ["MariaDB", "find_binary", "free_port", "binlog_position", "start_replica",
-           "wait_replicated"]
+           "wait_replicated", "xa_finish"]
 
 
 def binlog_position(server: MariaDB) -> BinlogPosition:
@@ -17,6 +17,25 @@ def binlog_position(server: MariaDB) -> BinlogPosition:
         return current_position(conn)
     finally:
         conn.close()
+
+
+def xa_finish(server: MariaDB, statement: str, timeout: float = 30.0) -> None:
+    """Run ``XA COMMIT``/``XA ROLLBACK`` of a transaction another connection prepared.
+
+    The server hands a prepared transaction over from its closed connection on its own
+    time: until it has, another session's COMMIT or ROLLBACK is ``XAER_NOTA`` (1397), as
+    a CI run on a slow machine found. Asked again until it is taken, or ``timeout``."""
+    import pymysql
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            server.sql(statement)
+            return
+        except pymysql.err.OperationalError as e:
+            if e.args[0] != 1397 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def start_replica(primary: MariaDB, server_id: int) -> MariaDB:
