@@ -194,6 +194,23 @@ def test_two_pipelines_managed_over_http(served, mariadb, tmp_path):
 
         _seek_both_ways(http, service, mariadb, b, start, folder)
 
+        # The service starts again (a crash, a redeploy): a pipeline stopped through the
+        # API stays stopped until started; the others run again.
+        assert http.post("/pipelines/beta/stop").json()["state"] == "stopped"
+        service.stop_all()                         # the service's own stop holds nothing
+        again = PipelineService(folder, lambda: service.spark)
+        try:
+            held, failed = again.start_folder()
+            assert held == ["beta"] and set(failed) == {"delta"}, (held, failed)
+            assert again.get("alpha").state == "running"
+            assert again.get("beta").state == "stopped" and again.held("beta")
+            assert again.start("beta").state == "running" and not again.held("beta")
+            mariadb.sql(f"INSERT INTO `{b}`.t VALUES (301, 301)")
+            _wait(lambda: len(_changes(again, folder)) == 28, what="beta after the restart")
+        finally:
+            again.stop_all()
+        assert not PipelineService(folder, None).held("beta")
+
         assert http.delete("/pipelines/beta").status_code == 204
         assert not (folder / "beta.yaml").exists()
         assert "beta" not in {p["name"] for p in http.get("/pipelines").json()}

@@ -156,9 +156,11 @@ def create_app(service: PipelineService, token: str | None = None):
     def start_pipeline(name: str) -> dict:
         return service.start(name).summary()
 
-    @app.post("/pipelines/{name}/stop", summary="Stop a pipeline (its checkpoint is kept)")
+    @app.post("/pipelines/{name}/stop",
+              summary="Stop a pipeline (its checkpoint is kept); it stays stopped when the "
+                      "service starts again, until started")
     def stop_pipeline(name: str) -> dict:
-        return service.stop(name).summary()
+        return service.stop(name, hold=True).summary()
 
     @app.post("/pipelines/{name}/pause",
               summary="Pause: plan no new micro-batch (the queries stay up); kept over restarts")

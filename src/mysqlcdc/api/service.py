@@ -11,6 +11,11 @@ rows and events per table and op from the read tasks' count files
 
 States: ``stopped``, ``running``, ``paused`` (queries up, no new micro-batch),
 ``failed`` (stopped by an error, kept in ``error``/``error_code``).
+
+A pipeline stopped through the API is *held*: a marker in the folder's ``.stopped/``
+keeps it stopped when the service starts again (after a crash, a redeploy), until a
+start through the API. The service's own shutdown holds nothing; a pause is kept with
+the pipeline's checkpoint (``pipeline.control``), so ``mysqlcdc run`` honours it too.
 """
 
 from __future__ import annotations
@@ -142,6 +147,35 @@ class PipelineService:
             self._spark = self._spark_factory()
         return self._spark
 
+    def _hold_marker(self, name: str) -> Path:
+        return self.config_dir / ".stopped" / name
+
+    def held(self, name: str) -> bool:
+        """Stopped through the API: stays stopped when the service starts again."""
+        return self._hold_marker(name).exists()
+
+    def _hold(self, name: str, held: bool) -> None:
+        marker = self._hold_marker(name)
+        if held:
+            marker.parent.mkdir(exist_ok=True)
+            marker.write_text("stopped through the API; POST /pipelines/NAME/start starts it\n")
+        else:
+            marker.unlink(missing_ok=True)
+
+    def start_folder(self) -> tuple[list[str], dict[str, MysqlcdcError]]:
+        """What ``mysqlcdc serve`` does at start: register the folder and start every
+        pipeline that is not held. Returns the held names and the failures by name."""
+        held, failed = [], {}
+        for name in self.load_folder():
+            if self.held(name):
+                held.append(name)
+                continue
+            try:
+                self.start(name)
+            except MysqlcdcError as err:
+                failed[name] = err
+        return held, failed
+
     def load_folder(self) -> list[str]:
         """Register every ``*.yaml`` in the folder; a file that does not load is logged and
         registered as failed, so one broken file does not keep the others down."""
@@ -194,6 +228,7 @@ class PipelineService:
                 tmp.unlink(missing_ok=True)
                 raise
             tmp.replace(path)
+            self._hold(name, False)        # a marker left by a pipeline of that name
             state = self.pipelines[name] = PipelineState(name, path, load_pipeline(path))
             del cfg
         if start:
@@ -205,6 +240,7 @@ class PipelineService:
             state = self.get(name)
             self.stop(name)
             state.path.unlink(missing_ok=True)
+            self._hold(name, False)
             del self.pipelines[name]
 
     # --- lifecycle -----------------------------------------------------------
@@ -218,6 +254,7 @@ class PipelineService:
             state = self.get(name)
             if state.config is None:
                 raise ConfigError(state.error or f"pipeline {name} did not load")
+            self._hold(name, False)        # asked to run: a restart of the service runs it
             if state.state in ("running", "paused"):
                 return state
             state.error = state.error_code = None
@@ -335,9 +372,13 @@ class PipelineService:
                     f"+sinks*(parallelism+1)-1, a one-sink pipeline on a local master "
                     f"with parallelism 1 two such blocks: give them ids further apart)")
 
-    def stop(self, name: str) -> PipelineState:
+    def stop(self, name: str, *, hold: bool = False) -> PipelineState:
+        """Stop the pipeline's queries (its checkpoint is kept). ``hold`` (a stop through
+        the API) keeps it stopped when the service starts again."""
         with self._lock:
             state = self.get(name)
+            if hold:
+                self._hold(name, True)
             if state.heartbeat is not None:
                 state.heartbeat.stop()
                 state.heartbeat = None

@@ -488,12 +488,13 @@ def _serve(config_dir: Path, host: str, port: int, master: str, token: str | Non
     # executors' sinks (Kafka) count their retries in files the metrics add up
     os.environ.setdefault(stats.ENV, str(config_dir.resolve() / ".mysqlcdc-stats"))
     service = PipelineService(config_dir, lambda: build_session(master, "mysqlcdc-serve", {}))
-    for name in service.load_folder():
-        try:
-            service.start(name)
-        except MysqlcdcError as err:
-            console.print(f"[bold red]pipeline {name} failed[/] [{err.code}] {err.message}",
-                          highlight=False)
+    held, failed = service.start_folder()
+    for name in held:
+        console.print(f"pipeline {name} stays stopped (stopped through the API; "
+                      f"POST /pipelines/{name}/start starts it)", highlight=False)
+    for name, err in failed.items():
+        console.print(f"[bold red]pipeline {name} failed[/] [{err.code}] {err.message}",
+                      highlight=False)
     poller = Poller(service)
     poller.start()
     console.print(f"serving {len(service.pipelines)} pipeline(s) on http://{host}:{port} "
