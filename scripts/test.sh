@@ -9,4 +9,7 @@ export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/
 # time is waiting (a JVM starting, a pipeline's trigger, an outage), so two use the two
 # cores that one leaves half idle. Each worker has its own servers and one SparkSession
 # for all its tests. `-n 0` (or MYSQLCDC_TEST_WORKERS=0) runs in one process.
-exec .venv/bin/python -m pytest -n "${MYSQLCDC_TEST_WORKERS:-2}" --dist loadfile "$@"
+# Files go to the workers in collection order, longest first (tests/conftest.py), so
+# the run does not end on one long file with the other worker idle.
+exec .venv/bin/python -m pytest -n "${MYSQLCDC_TEST_WORKERS:-2}" --dist loadfile \
+    --no-loadscope-reorder "$@"
