@@ -207,6 +207,10 @@ def test_two_pipelines_managed_over_http(served, mariadb, tmp_path):
             assert again.start("beta").state == "running" and not again.held("beta")
             mariadb.sql(f"INSERT INTO `{b}`.t VALUES (301, 301)")
             _wait(lambda: len(_changes(again, folder)) == 28, what="beta after the restart")
+            made = again.create(_yaml("kappa", mariadb, b, start, 6501), start=False)
+            assert made.state == "stopped" and again.held("kappa")     # created stopped
+            again.delete("kappa")
+            assert not again.held("kappa") and not (folder / "kappa.yaml").exists()
         finally:
             again.stop_all()
         assert not PipelineService(folder, None).held("beta")

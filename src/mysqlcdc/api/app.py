@@ -147,7 +147,8 @@ def create_app(service: PipelineService, token: str | None = None):
             return service.get(name).summary()
 
     @app.post("/pipelines", status_code=201,
-              summary="Create a pipeline from its YAML (or JSON) text and start it")
+              summary="Create a pipeline from its YAML (or JSON) text and start it "
+                      "(?start=false: create it stopped; it stays so until started)")
     def create_pipeline(body: str = Body(..., media_type="application/yaml"),
                         start: bool = True) -> dict:
         return service.create(body, start=start).summary()

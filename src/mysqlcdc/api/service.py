@@ -228,7 +228,7 @@ class PipelineService:
                 tmp.unlink(missing_ok=True)
                 raise
             tmp.replace(path)
-            self._hold(name, False)        # a marker left by a pipeline of that name
+            self._hold(name, not start)    # created stopped: it stays so until started
             state = self.pipelines[name] = PipelineState(name, path, load_pipeline(path))
             del cfg
         if start:
