@@ -7,6 +7,7 @@ import pickle
 import zlib
 from collections.abc import Iterable
 
+import pymysql
 import pytest
 
 from mysqlcdc.capture.server import current_position
@@ -18,7 +19,7 @@ from mysqlcdc.errors import (
     ServerIdInUseError,
     ServerUnreachableError,
 )
-from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql
+from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, ping_within
 from mysqlcdc.protocol.stream import RawEvent, ReplicationStream, RetryPolicy
 from mysqlcdc.types import BinlogPosition
 from tests.support.mariadb import MariaDB, free_port
@@ -252,6 +253,36 @@ def test_gives_up_with_connection_lost_when_the_server_stays_away():
         list(iterator)
     stream.close()
     stream.close()  # idempotent
+
+
+def test_a_server_that_accepts_but_never_answers_is_unreachable_not_a_hang(server):
+    """A hung or stopped server's kernel still accepts connections: the greeting and the
+    login get ``connect_timeout``, while the connection's statements keep no limit (a
+    frozen source once held a pipeline's driver and read task in silence)."""
+    import os
+    import signal
+    import time
+
+    settings = ConnectionSettings(server.host, port=server.port, user="root",
+                                  connect_timeout=1.0)
+    open_before = connect_sql(settings)
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        with pytest.raises(ServerUnreachableError, match="did not answer within connect_timeout"):
+            connect_sql(settings)
+        with pytest.raises(pymysql.err.OperationalError):     # what a planner asks first
+            ping_within(open_before, 1.0)
+        assert time.monotonic() - began < 10
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    conn = connect_sql(settings)
+    try:
+        with conn.cursor() as cur:                  # longer than connect_timeout: no limit
+            cur.execute("SELECT SLEEP(1.5)")
+            assert cur.fetchall() == ((0,),)
+    finally:
+        conn.close()
 
 
 def test_an_event_larger_than_16_mib_arrives_whole(server):

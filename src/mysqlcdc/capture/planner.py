@@ -32,7 +32,7 @@ from mysqlcdc.capture.server import (
 )
 from mysqlcdc.capture.skim import Skimmer
 from mysqlcdc.capture.task import RangeTask, read_range
-from mysqlcdc.protocol.connection import connect_sql, query
+from mysqlcdc.protocol.connection import connect_sql, ping_within, query
 from mysqlcdc.errors import BinlogPurgedError, MysqlcdcError, SourceChangedError
 from mysqlcdc.protocol import retry
 from mysqlcdc.protocol.stream import ReplicationStream
@@ -108,7 +108,7 @@ class RangePlanner:
         connection is checked to reach the same server as before."""
         if self._conn is not None:
             try:
-                self._conn.ping(reconnect=False)
+                ping_within(self._conn, self.options.settings.connect_timeout)
                 return self._conn
             except (pymysql.err.Error, OSError):
                 self.drop_connection()

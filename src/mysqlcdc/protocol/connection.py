@@ -84,8 +84,14 @@ def connect_sql(settings: ConnectionSettings, **kw: Any) -> pymysql.Connection:
         ssl_disabled=settings.ssl is None,
     )
     params.update(kw)
+    # The greeting and the login get connect_timeout even on a connection whose statements
+    # may take as long as they take: a server that is hung or stopped still has its kernel
+    # accept connections, and without a limit the caller would wait in silence for it.
+    untimed = params.get("read_timeout") is None
+    if untimed:
+        params["read_timeout"] = settings.connect_timeout
     try:
-        return pymysql.connect(**params)
+        conn = pymysql.connect(**params)
     except pymysql.err.MySQLError as exc:
         raise _map_connect_error(settings, exc) from exc
     except (OSError, socket.gaierror) as exc:
@@ -96,6 +102,20 @@ def connect_sql(settings: ConnectionSettings, **kw: Any) -> pymysql.Connection:
             hint="Install the package named in the message (pip install pynacl for ed25519) "
             "or give the account a password plugin pymysql speaks natively.",
         ) from exc
+    if untimed:
+        conn._read_timeout = None      # pymysql applies it at every read from here on
+    return conn
+
+
+def ping_within(conn: pymysql.Connection, timeout_s: float) -> None:
+    """Ping ``conn``, waiting at most ``timeout_s`` for the answer (its statements keep
+    their own limit): a hung or stopped server answers nothing, and pymysql raises."""
+    before = conn._read_timeout
+    conn._read_timeout = timeout_s
+    try:
+        conn.ping(reconnect=False)
+    finally:
+        conn._read_timeout = before
 
 
 def _map_connect_error(settings: ConnectionSettings, exc: pymysql.err.MySQLError) -> Exception:
@@ -104,6 +124,11 @@ def _map_connect_error(settings: ConnectionSettings, exc: pymysql.err.MySQLError
     where = f"{settings.user!r}@{settings.address}"
     if code in _AUTH_CODES:
         return AuthenticationError(f"cannot log in as {where}: {_AUTH_CODES[code]} ({code}: {text})")
+    if code == 2013 and "timed out" in str(text):
+        return ServerUnreachableError(
+            f"cannot connect to {settings.address}: it accepted the connection but did not "
+            f"answer within connect_timeout ({settings.connect_timeout:g} s): is the server "
+            "hung or overloaded?")
     if code in _UNREACHABLE_CODES:
         return ServerUnreachableError(f"cannot connect to {settings.address}: {text}")
     return ProtocolError(f"connecting as {where} failed: ({code}) {text}",
