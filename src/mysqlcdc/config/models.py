@@ -335,7 +335,9 @@ class SourceConfig(_Model):
         1, ge=1, le=64, description="Decode partitions per micro-batch, 1..64."
     )
     connect_timeout_s: float = Field(
-        10.0, gt=0, description="Seconds to wait for the server to accept a connection."
+        10.0, gt=0, description="Seconds to wait for the server to accept a connection and "
+        "greet; also the limit on the driver's ping before each batch (a hung server counts "
+        "as unreachable after it)."
     )
     reconnect: ReconnectConfig = Field(
         default_factory=ReconnectConfig, description="Reconnect policy after a dropped connection."
