@@ -228,7 +228,8 @@ class PipelineService:
                 tmp.unlink(missing_ok=True)
                 raise
             tmp.replace(path)
-            self._hold(name, not start)    # created stopped: it stays so until started
+            if not start:                  # created stopped: it stays so until started
+                self._hold(name, True)
             state = self.pipelines[name] = PipelineState(name, path, load_pipeline(path))
             del cfg
         if start:
