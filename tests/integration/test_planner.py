@@ -89,3 +89,17 @@ def test_ddl_scan_shows_every_statement_and_nothing_else(mariadb, fresh_db, sour
     progress = [r.getMessage() for r in caplog.records if "for DDL (at" in r.getMessage()]
     assert progress and all(" of " in m and "MB/s" in m for m in progress)
     assert any("schema history bootstrap: read" in r.message for r in caplog.records)
+
+
+def test_the_planners_statements_have_a_limit(mariadb, fresh_db, source_options):
+    """The planner's connection waits at most STATEMENT_LIMIT_S for a statement (a source
+    that hangs after the ping would hold the driver in silence); its login took
+    connect_timeout."""
+    from mysqlcdc.capture.planner import STATEMENT_LIMIT_S
+
+    planner = RangePlanner(SourceOptions.parse(source_options(include=f"{fresh_db}.*")))
+    try:
+        assert planner.current() > planner.resolve("earliest")
+        assert planner._conn._read_timeout == STATEMENT_LIMIT_S
+    finally:
+        planner.close()

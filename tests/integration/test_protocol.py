@@ -19,7 +19,7 @@ from mysqlcdc.errors import (
     ServerIdInUseError,
     ServerUnreachableError,
 )
-from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, ping_within
+from mysqlcdc.protocol.connection import ConnectionSettings, connect_sql, ping_within, query
 from mysqlcdc.protocol.stream import RawEvent, ReplicationStream, RetryPolicy
 from mysqlcdc.types import BinlogPosition
 from tests.support.mariadb import MariaDB, free_port
@@ -281,6 +281,38 @@ def test_a_server_that_accepts_but_never_answers_is_unreachable_not_a_hang(serve
         with conn.cursor() as cur:                  # longer than connect_timeout: no limit
             cur.execute("SELECT SLEEP(1.5)")
             assert cur.fetchall() == ((0,),)
+    finally:
+        conn.close()
+
+
+def test_a_statement_the_server_stops_answering_ends_at_the_connections_limit(server):
+    """A connection with a statement limit (the planner's): a server that hangs after the
+    ping ends the statement at that limit as a lost connection, which is retried, while
+    the greeting of a new connection still gets connect_timeout, not the longer limit."""
+    import os
+    import signal
+    import time
+
+    settings = ConnectionSettings(server.host, port=server.port, user="root",
+                                  connect_timeout=1.0)
+    limited = connect_sql(settings, read_timeout=2.0)
+    os.kill(server.process.pid, signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        with pytest.raises(ConnectionLostError,
+                           match=r"did not answer 'SELECT 1' within 2 s .*hung or overloaded"):
+            query(limited, "SELECT 1")
+        assert time.monotonic() - began < 10
+        began = time.monotonic()
+        with pytest.raises(ServerUnreachableError, match="within connect_timeout"):
+            connect_sql(settings, read_timeout=300.0)
+        assert time.monotonic() - began < 10
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+    conn = connect_sql(settings, read_timeout=300.0)
+    try:
+        assert conn._read_timeout == 300.0          # the statements' own limit, after login
+        assert query(conn, "SELECT SLEEP(1.5)") == [(0,)]
     finally:
         conn.close()
 

@@ -51,6 +51,10 @@ _DDL_SCAN_WANTED = _DDL_SCAN_PARSE | {_PAYLOAD}
 _PROGRESS_AFTER_S = 5.0
 _PROGRESS_EVERY_S = 5.0
 _FILES_KEPT = 50                  # binlog files whose birth time source.json remembers
+# the planner's statements (SHOW BINARY LOGS, SHOW BINLOG EVENTS ... LIMIT, a few reads of
+# information_schema) take well under a second to a few seconds; one unanswered this long
+# means a hung server (the connection is dropped and the batch retried)
+STATEMENT_LIMIT_S = 120.0
 _FDE = C.FORMAT_DESCRIPTION_EVENT
 # after a read task stopped at a DDL, the driver applies it by walking this many events
 # from there (a run of DDL, as a migration writes, then costs one batch, not one each)
@@ -105,14 +109,17 @@ class RangePlanner:
     # -- server facts -------------------------------------------------------
     def _sql(self):
         """The planner's SQL connection, reopened if the server dropped it. Every new
-        connection is checked to reach the same server as before."""
+        connection is checked to reach the same server as before. Its statements wait at
+        most ``STATEMENT_LIMIT_S`` for an answer: a source that hangs after the ping would
+        otherwise hold the driver in silence (a timeout is a lost connection: retried)."""
         if self._conn is not None:
             try:
                 ping_within(self._conn, self.options.settings.connect_timeout)
                 return self._conn
             except (pymysql.err.Error, OSError):
                 self.drop_connection()
-        conn = connect_sql(self.options.settings)   # named errors on failure
+        settings = self.options.settings                # named errors on failure
+        conn = connect_sql(settings, read_timeout=settings.read_timeout or STATEMENT_LIMIT_S)
         try:
             self._check_identity(conn)
         except BaseException:

@@ -85,10 +85,10 @@ def connect_sql(settings: ConnectionSettings, **kw: Any) -> pymysql.Connection:
     )
     params.update(kw)
     # The greeting and the login get connect_timeout even on a connection whose statements
-    # may take as long as they take: a server that is hung or stopped still has its kernel
-    # accept connections, and without a limit the caller would wait in silence for it.
-    untimed = params.get("read_timeout") is None
-    if untimed:
+    # may take longer (or as long as they take): a server that is hung or stopped still has
+    # its kernel accept connections, and without a limit the caller would wait in silence.
+    wanted = params.get("read_timeout")
+    if wanted is None or wanted > settings.connect_timeout:
         params["read_timeout"] = settings.connect_timeout
     try:
         conn = pymysql.connect(**params)
@@ -102,8 +102,7 @@ def connect_sql(settings: ConnectionSettings, **kw: Any) -> pymysql.Connection:
             hint="Install the package named in the message (pip install pynacl for ed25519) "
             "or give the account a password plugin pymysql speaks natively.",
         ) from exc
-    if untimed:
-        conn._read_timeout = None      # pymysql applies it at every read from here on
+    conn._read_timeout = wanted        # pymysql applies it at every read from here on
     return conn
 
 
@@ -145,10 +144,11 @@ def query(conn: pymysql.Connection, statement: str) -> list[tuple]:
             cur.execute(statement)
             return list(cur.fetchall()) if cur.description else []
     except pymysql.err.MySQLError as exc:
-        raise _statement_error(statement, exc) from exc
+        raise _statement_error(statement, exc, conn._read_timeout or 0) from exc
 
 
-def _statement_error(statement: str, exc: pymysql.err.MySQLError) -> MysqlcdcError:
+def _statement_error(statement: str, exc: pymysql.err.MySQLError,
+                     limit: float = 0) -> MysqlcdcError:
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     said = f"{statement!r} failed: ({code}) {exc.args[1] if len(exc.args) > 1 else exc}"
     err: MysqlcdcError
@@ -156,6 +156,9 @@ def _statement_error(statement: str, exc: pymysql.err.MySQLError) -> MysqlcdcErr
         err = MissingPrivilegeError(f"the user may not run {said}")
     elif code == _NOT_LOGGING:
         err = BinlogDisabledError(f"the server's binary log is off: {said}")
+    elif code == 2013 and "timed out" in str(exc):
+        err = ConnectionLostError(f"the server did not answer {statement!r} within {limit:g} s "
+                                  "(the connection's statement limit): is it hung or overloaded?")
     elif code in _LOST_CODES or (isinstance(exc, pymysql.err.InterfaceError) and not code):
         err = ConnectionLostError(f"the connection dropped: {said}")
     else:
