@@ -97,3 +97,23 @@ def test_the_quiet_daemon_passes_every_other_error_on(monkeypatch):
     monkeypatch.setattr(daemon, "_worker", broken)
     with pytest.raises(ValueError):
         daemon.quiet_worker(None, True)
+
+
+def test_the_schedulers_rejection_at_a_stop_is_not_printed(spark):
+    """A stop that lands while a task runs: the JVM's shutdown ends the pool that takes
+    task results, and the scheduler logged that rejection with its whole stack (noise: the
+    stop is clean). The driver's logging (log4j2.properties) drops that one message; the
+    scheduler's others (a lost executor) still print."""
+    jvm = spark.sparkContext._jvm
+    name = "org.apache.spark.scheduler.TaskSchedulerImpl"
+    config = jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration()
+    logger = config.getLoggerConfig(name)
+    assert logger.getName() == name
+
+    def event(text):
+        return (jvm.org.apache.logging.log4j.core.impl.Log4jLogEvent.newBuilder()
+                .setLoggerName(name).setLevel(jvm.org.apache.logging.log4j.Level.ERROR)
+                .setMessage(jvm.org.apache.logging.log4j.message.SimpleMessage(text)).build())
+
+    assert logger.isFiltered(event("Exception in statusUpdate"))
+    assert not logger.isFiltered(event("Lost executor 2 on 127.0.0.1: Command exited with code 137"))
