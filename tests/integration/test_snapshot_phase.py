@@ -73,6 +73,21 @@ def test_initial_chunks_hold_the_binlog_then_it_streams(mariadb, fresh_db, sourc
         planner.close()
 
 
+def test_the_tables_a_flatten_references_are_read_first(mariadb, fresh_db, source_options,
+                                                       tmp_path):
+    """snapshotFirst (the runner sets it for a sink whose flatten references tables): those
+    tables first, in its order, then the others by name."""
+    mariadb.sql("CREATE TABLE a (id INT PRIMARY KEY)", "CREATE TABLE thing (id INT PRIMARY KEY)",
+                "CREATE TABLE user (id INT PRIMARY KEY)", db=fresh_db)
+    phase, planner = _phase(source_options, tmp_path, fresh_db, snapshotMode="initial",
+                            snapshotFirst=f"{fresh_db}.user, {fresh_db}.thing,other.gone")
+    try:
+        first = phase.initial(binlog_position(mariadb))
+        assert first["snapshot"]["tables"] == [f"{fresh_db}.{t}" for t in ("user", "thing", "a")]
+    finally:
+        planner.close()
+
+
 def test_signals_queue_backfills_beside_the_stream(mariadb, fresh_db, source_options, tmp_path,
                                                    caplog):
     mariadb.sql("CREATE TABLE a (id INT PRIMARY KEY, v INT)",

@@ -60,3 +60,18 @@ def test_quick_jit_is_added_to_driver_and_executors_unless_the_user_chose_compil
     assert with_jit(own, "full") == own
     with pytest.raises(ValueError):
         with_jit({}, "fast")
+
+
+def test_a_flattening_sinks_snapshot_reads_the_referenced_tables_first(tmp_path):
+    """The sink whose chain (the pipeline's transforms, then its own) flattens gets the
+    referenced tables as snapshotFirst; the other sinks' queries keep the plain order."""
+    from mysqlcdc.pipeline.runner import query_options
+
+    joins = [{"column": "customer_id", "table": "shop.customers", "key": "id"},
+             {"column": "item_id", "table": "shop.items", "key": "id"},
+             {"column": "payer_id", "table": "shop.customers", "key": "id"}]
+    flat = {"changelog": {"path": "./flat", "transforms": [
+        {"flatten": {"table": "shop.orders", "joins": joins}}]}}
+    cfg = _cfg(tmp_path, CHANGELOG, flat)
+    assert "snapshotFirst" not in query_options(cfg, 0)
+    assert query_options(cfg, 1)["snapshotFirst"] == "shop.customers,shop.items"

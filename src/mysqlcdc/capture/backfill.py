@@ -183,7 +183,11 @@ class SnapshotPhase:
         from mysqlcdc.schema.introspect import load_tables
 
         found = load_tables(self.planner()._sql(), self.options.tables.user)
-        return sorted(f"{db}.{table}" for db, table in found)
+        first = {name: i for i, name in enumerate(self.options.snapshot_first)}
+        # the tables a sink's flatten references first (snapshotFirst), so that the rows
+        # pointing at them find them read; then by name
+        return sorted((f"{db}.{table}" for db, table in found),
+                      key=lambda name: (first.get(name, len(first)), name))
 
     def _check_readable(self, tables: list[str]) -> None:
         """Every table must answer a SELECT before the snapshot starts (not hours in).

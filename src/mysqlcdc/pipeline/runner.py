@@ -190,7 +190,25 @@ def query_options(cfg: PipelineConfig, index: int) -> dict[str, str]:
         options["schemaHistory"] = history
     if isinstance(cfg.sinks[index], PluginsSinkConfig):
         options["emitRollbacks"] = "true"
+    first = referenced_tables(cfg, index)
+    if first:
+        options["snapshotFirst"] = ",".join(first)
     return options
+
+
+def referenced_tables(cfg: PipelineConfig, index: int) -> list[str]:
+    """The tables sink ``index``'s ``flatten`` transforms reference, in their order: its
+    query's initial snapshot reads them first, so that a flattened row finds the rows it
+    points at already read (transforms.flatten)."""
+    from mysqlcdc.config.transforms import FlattenConfig
+
+    out: list[str] = []
+    for t in list(cfg.transforms) + list(cfg.sinks[index].transforms):
+        if isinstance(t, FlattenConfig):
+            for join in t.joins:
+                if str(join.table) not in out:
+                    out.append(str(join.table))
+    return out
 
 
 def _decode_ahead(cfg: PipelineConfig) -> dict:

@@ -30,6 +30,9 @@ Options (case-insensitive, as Spark passes them)::
     snapshotChunksPerBatch           chunks read per micro-batch (default: 4 x parallelism)
     snapshotChunkKeys                JSON object {"db.table": ["col", ...]}: the columns a
                                      table without a primary key is chunked by
+    snapshotFirst                    comma-separated db.table names the initial snapshot reads
+                                     before the other tables, in this order (set for a sink
+                                     whose ``flatten`` references them)
     snapshotQueryTimeout             seconds a chunk's SELECT may run (default: the server's
                                      limit); a chunk that runs longer is read in halves
     signalTable                      db.table of the signal table whose inserted rows ask the
@@ -138,6 +141,7 @@ class SourceOptions:
     snapshot_chunks_per_batch: int = 0              # 0: 4 x parallelism
     snapshot_chunk_keys: tuple[tuple[str, tuple[str, ...]], ...] = ()
     snapshot_timeout_s: float | None = None
+    snapshot_first: tuple[str, ...] = ()
     signal_table: tuple[str, str] | None = None
     pipeline: str | None = None
     emit_rollbacks: bool = False
@@ -199,6 +203,8 @@ class SourceOptions:
             snapshot_chunks_per_batch=_int(options, "snapshotChunksPerBatch", 0) or 0,
             snapshot_chunk_keys=_chunk_keys(_get(options, "snapshotChunkKeys")),
             snapshot_timeout_s=_number(options, "snapshotQueryTimeout", None, minimum=0.001),
+            snapshot_first=tuple(n.strip() for n in (_get(options, "snapshotFirst") or "").split(",")
+                                 if n.strip()),
             signal_table=signal,
             pipeline=_get(options, "pipelineName"),
             emit_rollbacks=_choice(options, "emitRollbacks", ("false", "true")) == "true",

@@ -11,6 +11,16 @@ never leaks into the reservation's event, which a query back to the source (read
 the row's state at *processing* time) cannot promise.
 
 It runs in the ordered stage: one task per micro-batch sees the rows in seq order.
+Under a snapshot that runs while the tables are written, a referenced row's snapshot read
+carries the read's high watermark as its seq, later than the stream's changes made while
+the snapshot ran (which come after it, the stream held at the snapshot's start). A change
+at seq S with no version of the row below S, only such a read above it, gets the row as
+it was at S from what the batch holds: the before image of the row's first change after
+S in the batch (before the read), else the read's image: exact unless the row changed
+after S in a later micro-batch, before the read. A snapshot's own rows get the referenced
+rows its reads of those tables found, in earlier batches or later in the same one (exact
+for reads at the same high watermark).
+
 With ``reemit``, a change of a referenced row also emits an update of each row of the
 flattened table that points at it (before: flattened with the old referenced row,
 after: with the new one), at the referenced change's position and seq.
@@ -26,7 +36,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from mysqlcdc.envelope.model import OP_TRUNCATE, ROW_OPS
+from mysqlcdc.envelope.model import OP_READ, OP_TRUNCATE, ROW_OPS
 from mysqlcdc.errors import ConfigError
 from mysqlcdc.transforms.api import Transform, TransformContext
 from mysqlcdc.transforms.batch import EventBatch
@@ -57,10 +67,12 @@ class Flatten(Transform):
         self.keep_referenced = keep_referenced
         self._referenced = {j.table for j in self.joins}
         self._store: VersionStore | None = None
+        self._rows: list[dict] = []
+        self._ahead: dict | None = None
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_store"] = None
+        state.update(_store=None, _rows=[], _ahead=None)
         return state
 
     def state_file(self, state_dir: str) -> Path:
@@ -89,6 +101,7 @@ class Flatten(Transform):
         if not self._began:
             store.begin(ctx.batch_id, int(rows[0]["seq"]))
             self._began = True
+        self._rows, self._ahead = rows, None
         out: list[dict[str, Any]] = []
         for row in rows:
             name = f"{row['db']}.{row['table']}"
@@ -102,6 +115,7 @@ class Flatten(Transform):
                 out.append(self._flattened(row))
             else:
                 out.append(row)
+        self._rows, self._ahead = [], None
         schema = events.batch.schema
         return EventBatch(pa.RecordBatch.from_pylist(out, schema=schema))
 
@@ -118,7 +132,8 @@ class Flatten(Transform):
         source = _loads(row["after"] if image is not None else row["before"] or "null")
         for join in self.joins:
             if join.table == name and source and join.key in source:
-                self._store.put(name, _ref_key(source[join.key]), seq, image)
+                self._store.put(name, _ref_key(source[join.key]), seq, image,
+                                snapshot=row["op"] == OP_READ)
         return self._reemit(row, name, seq) if self.reemit else []
 
     # --- the flattened table ----------------------------------------------------------
@@ -145,9 +160,53 @@ class Flatten(Transform):
         image = _loads(text)
         for join in self.joins:
             value = image.get(join.column)
-            ref = None if value is None else self._store.get(join.table, _ref_key(value), below)
+            ref = None if value is None else self._lookup(join.table, _ref_key(value), below)
             image[join.name] = None if ref is None else _loads(ref)
         return _dumps(image).decode()
+
+    def _lookup(self, table: str, key: str, below: int) -> str | None:
+        """The referenced row just before ``below``: its newest version there, or, when a
+        snapshot read it only later (the module's note; the read may come later in this
+        batch), its first change in this batch between the two (the image before it), else
+        the read's image."""
+        ref = self._store.get(table, key, below)
+        if ref is not None:
+            return ref
+        changes, reads = self._batch_ahead().get((table, key), ((), ()))
+        read = self._store.read_after(table, key, below)
+        for seq, image in reads:
+            if seq > below and (read is None or seq < read[0]):
+                read = (seq, image)
+                break
+        if read is None:
+            return None
+        for seq, before in changes:
+            if below < seq < read[0]:
+                return before
+        return read[1]
+
+    def _batch_ahead(self) -> dict:
+        """The batch's rows of referenced tables: (table, key) -> ([(seq, the image before
+        the change)] of its stream changes, [(seq, image)] of its snapshot reads), in seq
+        order (built once per batch, when first needed)."""
+        if self._ahead is None:
+            ahead: dict = {}
+            for row in self._rows:
+                name = f"{row['db']}.{row['table']}"
+                op = row["op"]
+                if name not in self._referenced or op not in ROW_OPS:
+                    continue
+                source = _loads(row["before"] or row["after"] or "null") or {}
+                for join in self.joins:
+                    if join.table == name and join.key in source:
+                        changes, reads = ahead.setdefault(
+                            (name, _ref_key(source[join.key])), ([], []))
+                        if op == OP_READ:
+                            reads.append((int(row["seq"]), row["after"]))
+                        else:
+                            changes.append((int(row["seq"]), row["before"] if op != "c" else None))
+            self._ahead = ahead
+        return self._ahead
 
     def _reemit(self, row: dict, name: str, seq: int) -> list[dict]:
         """Updates of every flattened row pointing at the referenced row that changes."""

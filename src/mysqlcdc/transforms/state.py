@@ -36,6 +36,9 @@ CREATE TABLE IF NOT EXISTS touched (
     batch_id INTEGER NOT NULL, tbl TEXT NOT NULL, k TEXT NOT NULL,
     PRIMARY KEY (batch_id, tbl, k)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS batches (batch_id INTEGER PRIMARY KEY, first_seq TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS snapshot_reads (
+    tbl TEXT NOT NULL, k TEXT NOT NULL, seq TEXT NOT NULL,
+    PRIMARY KEY (tbl, k, seq)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS refs (
     tbl TEXT NOT NULL, j INTEGER NOT NULL, v TEXT NOT NULL, k TEXT NOT NULL, seq TEXT NOT NULL,
     PRIMARY KEY (tbl, j, v, k, seq)) WITHOUT ROWID;
@@ -85,9 +88,15 @@ class VersionStore:
 
     # --- rows ---------------------------------------------------------------------
 
-    def put(self, table: str, key: str, seq: int, image: str | None) -> None:
+    def put(self, table: str, key: str, seq: int, image: str | None,
+            snapshot: bool = False) -> None:
+        """A version of the row; ``snapshot``: a snapshot's read (its seq is the read's
+        high watermark, later than the stream's changes made while the snapshot ran)."""
         self.db.execute("INSERT OR REPLACE INTO versions VALUES (?, ?, ?, ?)",
                         (table, key, seq_text(seq), image))
+        if snapshot:
+            self.db.execute("INSERT OR IGNORE INTO snapshot_reads VALUES (?, ?, ?)",
+                            (table, key, seq_text(seq)))
         self.db.execute("INSERT OR IGNORE INTO touched VALUES (?, ?, ?)",
                         (self.batch_id, table, key))
 
@@ -108,6 +117,18 @@ class VersionStore:
         if cut is not None and cut[0] > found[0]:
             return None
         return found[1]
+
+    def read_after(self, table: str, key: str, above: int) -> tuple[int, str | None] | None:
+        """The first snapshot read of the row after ``above`` (its seq and image), or None.
+        A lookup that finds no version below a seq but this: the row was read by a snapshot
+        that finished after the change asking (the stream's changes made while it ran come
+        after its reads)."""
+        found = self.db.execute(
+            "SELECT v.seq, v.image FROM snapshot_reads r JOIN versions v "
+            "ON v.tbl = r.tbl AND v.k = r.k AND v.seq = r.seq "
+            "WHERE r.tbl = ? AND r.k = ? AND r.seq > ? ORDER BY r.seq LIMIT 1",
+            (table, key, seq_text(above))).fetchone()
+        return None if found is None else (int(found[0]), found[1])
 
     # --- references (for re-emitting rows that point at a changed row) -------------
 
@@ -148,6 +169,8 @@ class VersionStore:
                 self.db.execute("DELETE FROM versions WHERE tbl = ? AND k = ? AND seq < ?",
                                 (tbl, k, newest[0]))
                 self.db.execute("DELETE FROM refs WHERE tbl = ? AND k = ? AND seq < ?",
+                                (tbl, k, newest[0]))
+                self.db.execute("DELETE FROM snapshot_reads WHERE tbl = ? AND k = ? AND seq < ?",
                                 (tbl, k, newest[0]))
         self.db.execute("DELETE FROM touched WHERE batch_id < ?", (batch_id,))
 
