@@ -165,12 +165,12 @@ class Flatten(Transform):
         return _dumps(image).decode()
 
     def _lookup(self, table: str, key: str, below: int) -> str | None:
-        """The referenced row just before ``below``: its newest version there, or, when a
-        snapshot read it only later (the module's note; the read may come later in this
-        batch), its first change in this batch between the two (the image before it), else
-        the read's image."""
-        ref = self._store.get(table, key, below)
-        if ref is not None:
+        """The referenced row just before ``below``: its newest version there (after a
+        delete or a truncate: none). When nothing is known below but a snapshot read it
+        later (the module's note; the read may come later in this batch): the image before
+        its first change in this batch between the two, else the read's image."""
+        known, ref = self._store.known(table, key, below)
+        if known:                   # a version, a delete or a truncate below: that is it
             return ref
         changes, reads = self._batch_ahead().get((table, key), ((), ()))
         read = self._store.read_after(table, key, below)

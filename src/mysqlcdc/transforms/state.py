@@ -105,18 +105,23 @@ class VersionStore:
 
     def get(self, table: str, key: str, below: int) -> str | None:
         """The image of ``table``'s row ``key`` just before ``below`` (None: no such row)."""
+        return self.known(table, key, below)[1]
+
+    def known(self, table: str, key: str, below: int) -> tuple[bool, str | None]:
+        """Whether anything is known of the row just before ``below`` (a version, a delete
+        or a truncate), and its image there (None: no such row)."""
         s = seq_text(below)
         found = self.db.execute(
             "SELECT seq, image FROM versions WHERE tbl = ? AND k = ? AND seq < ? "
             "ORDER BY seq DESC LIMIT 1", (table, key, s)).fetchone()
-        if found is None:
-            return None
         cut = self.db.execute(
             "SELECT seq FROM versions WHERE tbl = ? AND k = ? AND seq < ? "
             "ORDER BY seq DESC LIMIT 1", (table, TRUNCATED, s)).fetchone()
+        if found is None:
+            return cut is not None, None
         if cut is not None and cut[0] > found[0]:
-            return None
-        return found[1]
+            return True, None
+        return True, found[1]
 
     def read_after(self, table: str, key: str, above: int) -> tuple[int, str | None] | None:
         """The first snapshot read of the row after ``above`` (its seq and image), or None.

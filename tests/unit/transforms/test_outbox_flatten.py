@@ -93,11 +93,14 @@ def test_flatten_under_a_snapshot_read_after_the_changes_asking(tmp_path):
     row that existed)."""
     reads = [row("r", "user", after={"userid": u, "name": f"read{u}"}, seq=50) for u in (7, 8, 9)]
     reads.append(row("r", "user", after={"userid": 11, "name": "read11"}, seq=52))
+    reads.append(row("r", "user", after={"userid": 12, "name": "again"}, seq=53))
     _run(Flatten("shop.reservation", JOINS[:1]), reads, tmp_path, 0)
     stream = [row("c", "reservation", after={"id": 1, "userid": 7}, seq=20),
               row("c", "reservation", after={"id": 2, "userid": 9}, seq=21),
               row("c", "reservation", after={"id": 3, "userid": 11}, seq=22),
               row("c", "reservation", after={"id": 4, "userid": 8}, seq=25),
+              row("d", "user", before={"userid": 12, "name": "gone"}, seq=26),
+              row("c", "reservation", after={"id": 6, "userid": 12}, seq=27),
               row("u", "user", before={"userid": 7, "name": "orig"},
                   after={"userid": 7, "name": "read7"}, seq=30),
               row("c", "user", after={"userid": 9, "name": "read9"}, seq=35),
@@ -111,6 +114,7 @@ def test_flatten_under_a_snapshot_read_after_the_changes_asking(tmp_path):
         (2, None),                              # created at 35: not there yet at 21
         (3, {"userid": 11, "name": "read11"}),  # no change in the batch: as the snapshot read it
         (4, {"userid": 8, "name": "read8"}),
+        (6, None),                              # deleted at 26 (created again later)
         (5, {"userid": 7, "name": "read7"}),    # its change at 30 is a version below 40
         (4, {"userid": 8, "name": "read8"})]    # after the read: the read itself
     # replayed after a crash over the state it left: the same rows
