@@ -120,8 +120,8 @@ class StandaloneCluster:
             try:
                 if self.state().get("aliveworkers", 0) >= self.workers:
                     return
-            except OSError:
-                pass
+            except (OSError, ValueError):   # not listening yet, or an empty page while
+                pass                        # the master's web UI starts
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the standalone cluster did not come up in {timeout_s:.0f} s:"
                                    f"\n{self.log('master')[-3000:]}")

@@ -73,6 +73,42 @@ def test_a_batch_past_the_querys_own_cap_is_not_adopted(tmp_path):
     assert ledger.diverged()          # the decode-ahead stops: the query plans from here
 
 
+def test_the_next_batch_is_named_before_the_read_task_can_finish_this_one(tmp_path):
+    """The query asks for the next batch the moment it commits one: the decode-ahead names
+    that batch's start when it marks its batch decoded, so a query that asks before the
+    decode-ahead plans it waits for it instead of planning it itself."""
+    import threading
+    import time
+
+    end = _end()
+    nxt = {**START, "pos": 9000}
+    ledger = _ledger(tmp_path)
+    ledger.planning(START)
+    ledger.plan(START, end, "fp")
+    assert ledger.adopt(START) == end
+    ledger.decoded(START, following=nxt)
+    ledger.complete(START)
+    got: list = []
+    asker = threading.Thread(target=lambda: got.append(ledger.adopt(nxt)))
+    asker.start()
+    time.sleep(0.2)                    # the decode-ahead is still busy with its record
+    assert not ledger.diverged() and asker.is_alive()
+    ledger.planning(nxt)
+    ledger.plan(nxt, {**end, "mark": 2}, "fp")
+    asker.join(timeout=5)
+    assert got == [{**end, "mark": 2}] and not ledger.diverged()
+    assert ledger.counts()["decoded"] == 1
+
+    # the last batch names none: a query asking past it plans itself at once
+    last = _ledger(tmp_path / "last")
+    last.planning(START)
+    last.plan(START, end, "fp")
+    assert last.adopt(START) == end
+    last.decoded(START)
+    last.complete(START)
+    assert last.adopt(nxt) is None and last.diverged()
+
+
 def test_another_start_or_a_dead_or_finished_process_means_plan_yourself(tmp_path):
     ledger = _ledger(tmp_path)
     ledger.planning({**START, "pos": 100})

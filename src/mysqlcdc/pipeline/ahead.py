@@ -252,14 +252,15 @@ def _run(options: dict[str, str], ledger, helpers: _Helpers | None) -> str:
             except BaseException:
                 ledger.failed(start)
                 raise
-            ledger.complete(start)
-            ledger.decoded(start, len(spools))
             found = batchend.read_found(task.rule.record)
-            log.debug("decoded %s: cpu %.2f rows %s reason %s", spools[0].name, time.process_time(),
-                      found and found.rows, found and found.reason)
             # at a DDL the next batch goes on past it (the planner applies it, as the
             # query's would, to the same append-only history); at the cap the backlog is read
-            if found is None or found.reason not in ("events", "ddl"):
+            more = found is not None and found.reason in ("events", "ddl")
+            ledger.decoded(start, len(spools), following=end if more else None)
+            ledger.complete(start)
+            log.debug("decoded %s: cpu %.2f rows %s reason %s", spools[0].name, time.process_time(),
+                      found and found.rows, found and found.reason)
+            if not more:
                 return f"the backlog is read ({found.reason if found else 'no record'})"
             start = end
     finally:

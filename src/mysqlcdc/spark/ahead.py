@@ -178,11 +178,17 @@ class Ledger:
                 "read": sum(1 for _ in self.folder.glob("*.used")),
                 "sliced": int(state.get("sliced", 0))}
 
-    def decoded(self, start: dict, slices: int = 1) -> None:
+    def decoded(self, start: dict, slices: int = 1, following: dict | None = None) -> None:
+        """The batch from ``start`` is decoded; ``following``: the start of the batch the
+        decode-ahead plans next, recorded now, before ``complete`` lets the read task
+        finish. The query asks for that batch as soon as it commits this one; had the
+        decode-ahead not said yet that it plans it, the query would plan it itself and
+        the decode-ahead would stop (a race a loaded machine lost now and then)."""
         state = _read_json(self.folder / "state.json") or {"pid": os.getpid()}
+        named = {} if following is None else {"next": offset_key(following)}
         _write_json(self.folder / "state.json",
                     {**state, "decoded": int(state.get("decoded", 0)) + 1,
-                     "sliced": int(state.get("sliced", 0)) + (slices > 1)})
+                     "sliced": int(state.get("sliced", 0)) + (slices > 1), **named})
 
     def diverged(self) -> bool:
         return (self.folder / "diverged").exists()
