@@ -130,10 +130,8 @@ class Flatten(Transform):
             return []
         image = row["after"] if row["op"] != "d" else None
         source = _loads(row["after"] if image is not None else row["before"] or "null")
-        for join in self.joins:
-            if join.table == name and source and join.key in source:
-                self._store.put(name, _ref_key(source[join.key]), seq, image,
-                                snapshot=row["op"] == OP_READ)
+        for key in self._keys_of(name, source):
+            self._store.put(name, key, seq, image, snapshot=row["op"] == OP_READ)
         return self._reemit(row, name, seq) if self.reemit else []
 
     # --- the flattened table ----------------------------------------------------------
@@ -196,17 +194,23 @@ class Flatten(Transform):
                 op = row["op"]
                 if name not in self._referenced or op not in ROW_OPS:
                     continue
-                source = _loads(row["before"] or row["after"] or "null") or {}
-                for join in self.joins:
-                    if join.table == name and join.key in source:
-                        changes, reads = ahead.setdefault(
-                            (name, _ref_key(source[join.key])), ([], []))
-                        if op == OP_READ:
-                            reads.append((int(row["seq"]), row["after"]))
-                        else:
-                            changes.append((int(row["seq"]), row["before"] if op != "c" else None))
+                source = _loads(row["before"] or row["after"] or "null")
+                for key in self._keys_of(name, source):
+                    changes, reads = ahead.setdefault((name, key), ([], []))
+                    if op == OP_READ:
+                        reads.append((int(row["seq"]), row["after"]))
+                    else:
+                        changes.append((int(row["seq"]), row["before"] if op != "c" else None))
             self._ahead = ahead
         return self._ahead
+
+    def _keys_of(self, name: str, image: dict | None) -> list[str]:
+        """The keys by which the joins on referenced table ``name`` find the row ``image``
+        (each once: two joins on the same key column share it)."""
+        if not image:
+            return []
+        return list(dict.fromkeys(_ref_key(image[join.key]) for join in self.joins
+                                  if join.table == name and join.key in image))
 
     def _reemit(self, row: dict, name: str, seq: int) -> list[dict]:
         """Updates of every flattened row pointing at the referenced row that changes."""
