@@ -77,6 +77,12 @@ def _counts(caplog) -> dict[str, int]:
     return {}
 
 
+def _read_to_the_end(caplog) -> bool:
+    """The decode-ahead stopped because the backlog was read, not overtaken by the query."""
+    return any("decode-ahead of sink" in r.getMessage() and
+               r.getMessage().endswith("the backlog is read (cap)") for r in caplog.records)
+
+
 def test_a_backlog_is_decoded_ahead_and_written_as_without(spark, mariadb, fresh_db,
                                                            tmp_path, caplog, monkeypatch):
     from mysqlcdc.pipeline.runner import run_pipeline
@@ -94,6 +100,7 @@ def test_a_backlog_is_decoded_ahead_and_written_as_without(spark, mariadb, fresh
     assert counts.get("decoded", 0) >= 5, counts
     assert counts["adopted"] == counts["decoded"], counts
     assert counts["adopted"] - 1 <= counts["read"] <= counts["adopted"], counts
+    assert _read_to_the_end(caplog), [r.getMessage() for r in caplog.records]
     assert not (tmp_path / "ahead" / "ck" / "0-changelog" / "mysqlcdc-schema" / "ahead").exists()
 
     # stopped cleanly, a backlog again: the resumed pipeline decodes ahead from where its
@@ -105,6 +112,7 @@ def test_a_backlog_is_decoded_ahead_and_written_as_without(spark, mariadb, fresh
     counts = _counts(caplog)
     assert counts.get("decoded", 0) >= 3, counts
     assert counts["adopted"] == counts["decoded"] and counts["read"] == counts["adopted"], counts
+    assert _read_to_the_end(caplog), [r.getMessage() for r in caplog.records]
 
     monkeypatch.setenv("MYSQLCDC_DECODE_AHEAD", "0")
     caplog.clear()
@@ -175,6 +183,7 @@ def test_batches_decoded_in_slices_at_once_are_written_as_without(spark, mariadb
                  until_idle=True, spark=spark)
     counts = _counts(caplog)
     assert counts.get("sliced", 0) >= 2, counts
+    assert _read_to_the_end(caplog), [r.getMessage() for r in caplog.records]
     assert counts["adopted"] == counts["decoded"], counts
     assert counts["adopted"] - 1 <= counts["read"] <= counts["adopted"], counts
 

@@ -109,12 +109,16 @@ class DecodeAhead:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        counts = Ledger(self.folder).counts() if proc is not None else {}
+        ledger = Ledger(self.folder)
+        counts = ledger.counts() if proc is not None else {}
         if counts:
+            # why it stopped: "the backlog is read" is the whole backlog; "the query planned
+            # a batch itself" means the query overtook it (the rest was decoded as without)
+            reason = ledger.reason() or "stopped at the query's end"
             log.info("decode-ahead of sink %d: %d batches decoded ahead, %d adopted by the "
-                     "query, %d read from their spool; %d decoded in slices at once",
+                     "query, %d read from their spool; %d decoded in slices at once; %s",
                      self.index, counts["decoded"], counts["adopted"], counts["read"],
-                     counts["sliced"])
+                     counts["sliced"], reason)
         self.counts = counts
         if not os.environ.get("MYSQLCDC_AHEAD_DEBUG"):
             shutil.rmtree(self.folder, ignore_errors=True)

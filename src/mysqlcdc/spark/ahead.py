@@ -190,6 +190,10 @@ class Ledger:
                     {**state, "decoded": int(state.get("decoded", 0)) + 1,
                      "sliced": int(state.get("sliced", 0)) + (slices > 1), **named})
 
+    def reason(self) -> str | None:
+        """Why the decode-ahead stopped (None: it has not said)."""
+        return (self._state() or {}).get("reason")
+
     def diverged(self) -> bool:
         return (self.folder / "diverged").exists()
 
