@@ -24,10 +24,9 @@ from tests.support.mirror import assert_history_chains, assert_target_equals_sou
 pytestmark = pytest.mark.e2e
 
 TXNS = 500
-# Primary-key changes become a `d` of the old key and a `c` of the new one once the envelope
-# change of issue 19 is merged; the mirror applies those per key in seq order. Until then an
-# UPDATE of the key is one `u` under the new key and the old row would stay: enable after
-# merging branch i19.
+# The workload changes primary keys too: such an UPDATE reaches the sinks as a `d` of the
+# old key and a `c` of the new one (docs/ENVELOPE.md), which the mirror applies per key in
+# seq order.
 PK_CHANGES = True
 
 
