@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import zlib
 from collections.abc import Iterable
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -255,6 +256,29 @@ def test_gives_up_with_connection_lost_when_the_server_stays_away():
     stream.close()  # idempotent
 
 
+def _stop(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until every one of its threads has stopped: a group stop is
+    asynchronous, and on a loaded machine a server thread that has not reached it yet can
+    still answer a statement sent right after ``kill`` returns."""
+    import os
+    import signal
+    import time
+
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (FileNotFoundError, ProcessLookupError):
+                continue                              # a thread that just ended
+        if states and all(state in "TtZX" for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop within 10 s of SIGSTOP")
+
+
 def test_a_server_that_accepts_but_never_answers_is_unreachable_not_a_hang(server):
     """A hung or stopped server's kernel still accepts connections: the greeting and the
     login get ``connect_timeout``, while the connection's statements keep no limit (a
@@ -266,7 +290,7 @@ def test_a_server_that_accepts_but_never_answers_is_unreachable_not_a_hang(serve
     settings = ConnectionSettings(server.host, port=server.port, user="root",
                                   connect_timeout=1.0)
     open_before = connect_sql(settings)
-    os.kill(server.process.pid, signal.SIGSTOP)
+    _stop(server.process.pid)
     try:
         began = time.monotonic()
         with pytest.raises(ServerUnreachableError, match="did not answer within connect_timeout"):
@@ -296,7 +320,7 @@ def test_a_statement_the_server_stops_answering_ends_at_the_connections_limit(se
     settings = ConnectionSettings(server.host, port=server.port, user="root",
                                   connect_timeout=1.0)
     limited = connect_sql(settings, read_timeout=2.0)
-    os.kill(server.process.pid, signal.SIGSTOP)
+    _stop(server.process.pid)
     try:
         began = time.monotonic()
         with pytest.raises(ConnectionLostError,
