@@ -276,6 +276,7 @@ def _stop(pid: int) -> None:
         if states and all(state in "TtZX" for state in states):
             return
         time.sleep(0.01)
+    os.kill(pid, signal.SIGCONT)                      # the module's other tests need it
     raise AssertionError(f"process {pid} did not stop within 10 s of SIGSTOP")
 
 
