@@ -5,20 +5,24 @@ pyarrow's own conversions (``pa.array``, ``RecordBatch.from_pydict``, ``to_numpy
 Python value compared with an array) ask, the first time one runs in a process, whether
 the values are a pandas object, and import pandas to know; a table's ``group_by`` imports
 pyarrow's query engine. Together that is a few tenths of a CPU second in a read task
-that moves a decode-ahead spool into changelog files, which needs neither: its counts,
-partitions and summary rows are made here, with numpy over Arrow's buffers.
+that moves a decode-ahead spool into changelog files or Kafka messages, which needs
+neither: its counts, partitions and summary rows are made here, with numpy over Arrow's
+buffers, and the texts it gives compute functions are scalars made here
+(:func:`text_scalar`).
 """
 
 from __future__ import annotations
 
 from array import array
+from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["group_codes", "group_values", "int64_array", "record_batch", "true_or_null"]
+__all__ = ["group_codes", "group_values", "int64_array", "record_batch", "text_scalar",
+           "true_or_null"]
 
 _OFFSETS = {pa.string(): "i", pa.binary(): "i", pa.large_string(): "q", pa.large_binary(): "q"}
 _FIXED = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d"}
@@ -31,6 +35,17 @@ def record_batch(columns: dict[str, Sequence[Any]], schema: pa.Schema) -> pa.Rec
         return pa.RecordBatch.from_pydict(columns, schema=schema)
     return pa.RecordBatch.from_arrays([_array(list(columns[f.name]), f.type) for f in schema],
                                       schema=schema)
+
+
+@lru_cache(maxsize=1024)
+def text_scalar(text: str) -> pa.Scalar:
+    """``pa.scalar(text, pa.string())``, made from buffers: a Python string given to a
+    compute function (``pc.equal(column, "s")``, ``fill_null(column, "null")``) is
+    converted by pyarrow, which imports pandas at its first conversion (module doc)."""
+    data = text.encode("utf-8")
+    offsets = array("i", [0, len(data)])
+    return pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(data)])[0]
 
 
 def _array(values: list, type_: pa.DataType) -> pa.Array:

@@ -48,3 +48,12 @@ def test_true_or_null_and_int64_array():
     mask = pa.array([True, False, None, False, True, False, False, False, False, True]).slice(2)
     assert true_or_null(mask).tolist() == [True, False, True, False, False, False, False, True]
     assert int64_array(np.array([3, 1, 2], np.int32)).to_pylist() == [3, 1, 2]
+
+
+@pytest.mark.parametrize("text", ["", "null", '"', "é-ü ✓", "}\n"])
+def test_a_text_scalar_is_the_string_scalar_pyarrow_makes(text):
+    from mysqlcdc.arrowbuild import text_scalar
+
+    made = text_scalar(text)
+    assert made.type == pa.string() and made.is_valid
+    assert made.equals(pa.scalar(text, pa.string())) and made.as_py() == text

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from orjson import Fragment
 
+from mysqlcdc.arrowbuild import text_scalar
+
 __all__ = ["ENVELOPE_FIELDS", "ENVELOPE_DDL", "ARROW_SCHEMA", "OP_INSERT", "OP_UPDATE", "OP_DELETE",
            "OP_READ", "OP_TRUNCATE", "OP_SCHEMA", "OP_ROLLBACK", "ROW_OPS", "envelope_json",
            "envelope_json_lines"]
@@ -102,19 +104,21 @@ def envelope_json_lines(batch: pa.RecordBatch, newline: bool = True) -> pa.Array
             cols[name] = cols["gtid"]         # MariaDB's transaction id is its GTID
         else:
             cols[name] = _json_text(column, few=name in _FEW)
+    null = text_scalar("null")       # scalars, not Python strings: text_scalar's doc
     for name in _NUMBERS:
-        cols[name] = pc.fill_null(pc.cast(batch.column(name), pa.string()), "null")
+        cols[name] = pc.fill_null(pc.cast(batch.column(name), pa.string()), null)
     for name in _RAW:
-        cols[name] = pc.fill_null(batch.column(name), "null")
+        cols[name] = pc.fill_null(batch.column(name), null)
     cols["seq"] = pc.cast(batch.column("seq"), pa.string())
     parts: list = []
     for i, (name, _, _) in enumerate(ENVELOPE_FIELDS):
-        parts.append(("{" if i == 0 else ",") + f'"{name}":' + ('"' if name == "seq" else ""))
+        parts.append(text_scalar(("{" if i == 0 else ",") + f'"{name}":'
+                                 + ('"' if name == "seq" else "")))
         parts.append(cols[name])
         if name == "seq":
-            parts.append('"')
-    parts.append("}\n" if newline else "}")
-    return pc.binary_join_element_wise(*parts, "")
+            parts.append(text_scalar('"'))
+    parts.append(text_scalar("}\n" if newline else "}"))
+    return pc.binary_join_element_wise(*parts, text_scalar(""))
 
 
 def _json_text(column: pa.Array, few: bool = False) -> pa.Array | pa.Scalar:
@@ -122,13 +126,15 @@ def _json_text(column: pa.Array, few: bool = False) -> pa.Array | pa.Scalar:
     ``envelope_json``). A column of one value (or only nulls) gives that text as a scalar,
     which Arrow's join repeats; with ``few`` (a column of few distinct values) each
     distinct value's text is made once."""
+    null = text_scalar("null")
     if column.null_count == len(column):
-        return pa.scalar("null", pa.string())
+        return null
     if few and isinstance(column, pa.Array):
         if column.null_count == 0 and pc.all(pc.equal(column, column[0])).as_py():
-            return pa.scalar(_j(column[0].as_py()), pa.string())
+            return text_scalar(_j(column[0].as_py()))
         encoded = pc.dictionary_encode(column)        # nulls stay out of the dictionary
-        return pc.fill_null(_json_text(encoded.dictionary).take(encoded.indices), "null")
+        return pc.fill_null(_json_text(encoded.dictionary).take(encoded.indices), null)
     if pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py():
         return pa.array([_j(v) for v in column.to_pylist()], pa.string())
-    return pc.fill_null(pc.binary_join_element_wise('"', column, '"', ""), "null")
+    quote = text_scalar('"')
+    return pc.fill_null(pc.binary_join_element_wise(quote, column, quote, text_scalar("")), null)

@@ -20,6 +20,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mysqlcdc.arrowbuild import text_scalar
 from mysqlcdc.collector import fewer_collections
 from mysqlcdc.envelope.model import ENVELOPE_FIELDS, envelope_json_lines
 from mysqlcdc.schema.history import SchemaHistory
@@ -81,7 +82,7 @@ def split_schema_changes(settings: KafkaSettings, batch: pa.RecordBatch
     as the changelog's current state starts again at such a DDL. Without it, a table
     that a RENAME puts in place of another (an online schema change's cut-over) or that
     is created again after a DROP would keep the old table's rows in the topic."""
-    is_schema = pc.equal(batch.column("op"), "s")
+    is_schema = pc.equal(batch.column("op"), text_scalar("s"))
     if not pc.any(is_schema).as_py():
         return batch, []
     schema_rows = batch.filter(is_schema).to_pylist() if settings.schema_change_topic else []
@@ -92,7 +93,7 @@ def split_schema_changes(settings: KafkaSettings, batch: pa.RecordBatch
     changes, was_gone = batch.filter(keep), pc.filter(gone, keep)
     names = changes.schema.names
     columns = list(changes.columns)
-    columns[names.index("op")] = pc.if_else(was_gone, "t", changes.column("op"))
+    columns[names.index("op")] = pc.if_else(was_gone, text_scalar("t"), changes.column("op"))
     before = changes.column("before")
     columns[names.index("before")] = pc.if_else(was_gone, pa.scalar(None, before.type), before)
     return pa.RecordBatch.from_arrays(columns, schema=changes.schema), schema_rows
@@ -194,7 +195,7 @@ def _batch_headers(batch: pa.RecordBatch, ops: list[str], position: bool) -> lis
                 for other, op in zip(moved, ops)]
     # as the row encoder's str(): a null seq, file, pos or row reads "None" (gtid and
     # moved_key are left out when null)
-    text = [pc.cast(pc.fill_null(pc.cast(batch.column(c), pa.string()), "None")
+    text = [pc.cast(pc.fill_null(pc.cast(batch.column(c), pa.string()), text_scalar("None"))
                     if c not in ("gtid", "moved_key") else batch.column(c), pa.binary()
                     ).to_pylist() for c in ("seq", "file", "pos", "row", "gtid", "moved_key")]
     seqs, files, poss, rows, gtids, _ = text

@@ -37,6 +37,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from mysqlcdc.arrowbuild import record_batch
 from mysqlcdc.sinks.kafka.formats import TxnTally, merge_tallies
 from mysqlcdc.sinks.kafka.producer import warm_producer
 from mysqlcdc.sinks.kafka.publish import encode_batch, send_messages
@@ -50,6 +51,7 @@ TASK_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value",
                          ("headers", pa.binary()), ("seq", pa.decimal128(38, 0)),
                          ("tombstone", pa.bool_()), ("summary", pa.binary())])
 SENT_SCHEMA = pa.schema([("sent", pa.int64())])
+_SUMMARY_SCHEMA = pa.schema([("summary", pa.binary())])
 
 
 @dataclass
@@ -98,8 +100,15 @@ def publish(settings: KafkaSettings, batches: Iterator[pa.RecordBatch],
         if publisher is not None:
             publisher.stop()
     done.txns, done.schema_rows = merge_tallies(tallies), schema_rows
-    yield pa.RecordBatch.from_pydict(
-        {**{name: [None] for name in TASK_SCHEMA.names}, "summary": [pickle.dumps(done)]},
+    yield _summary_row(done)
+
+
+def _summary_row(done: Summary) -> pa.RecordBatch:
+    """The task's last row: its summary, every other column null. Made from buffers, as
+    every batch of this task is (``arrowbuild``: no pandas imported into a read task)."""
+    blob = record_batch({"summary": [pickle.dumps(done)]}, _SUMMARY_SCHEMA).column(0)
+    return pa.RecordBatch.from_arrays(
+        [blob if f.name == "summary" else pa.nulls(1, f.type) for f in TASK_SCHEMA],
         schema=TASK_SCHEMA)
 
 
