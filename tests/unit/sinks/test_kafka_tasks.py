@@ -109,7 +109,7 @@ out = []
 for batch in pa.ipc.open_stream(sys.argv[1]):
     messages, changes, _, schema_rows, _ = encode_batch(settings, batch)
     topics, keys, values, headers, tombstones = messages
-    out.append({"topics": topics, "keys": [k.decode() for k in keys],
+    out.append({"topics": topics, "keys": [k and k.decode() for k in keys],
                 "values": [v.decode() for v in values], "schema": len(schema_rows)})
 summary = _summary_row(Summary(rows=7))
 out.append({"summary_rows": pickle.loads(summary.column("summary")[0].as_py()).rows,
@@ -130,7 +130,9 @@ def test_a_read_task_encodes_for_kafka_without_importing_pandas(tmp_path):
 
     from mysqlcdc.sinks.kafka.publish import encode_batch
 
-    batches = [_batch(5), _batch(4, first=5)]
+    rows = _batch(2, first=9).to_pylist()
+    rows[-1]["after"] = None                      # a DROP: the table's topic gets a ``t``
+    batches = [_batch(5), _batch(4, first=5), pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA)]
     spool = tmp_path / "spool.arrow"
     with pa.ipc.new_stream(str(spool), ARROW_SCHEMA) as writer:
         for batch in batches:
@@ -143,7 +145,9 @@ def test_a_read_task_encodes_for_kafka_without_importing_pandas(tmp_path):
     settings = KafkaSettings(producer={"bootstrap.servers": "127.0.0.1:1"})
     for batch, mine in zip(batches, got["out"]):
         (topics, keys, values, _, _), changes, _, schema_rows, _ = encode_batch(settings, batch)
-        assert changes.num_rows == batch.num_rows - 1 and mine["schema"] == len(schema_rows)
-        assert mine["topics"] == topics and mine["keys"] == [k.decode() for k in keys]
+        assert mine["schema"] == len(schema_rows)
+        assert mine["topics"] == topics and mine["keys"] == [k and k.decode() for k in keys]
         assert mine["values"] == [v.decode() for v in values]
     assert got["out"][-1] == {"summary_rows": 7, "nulls": [1] * 6 + [0]}
+    assert [len(m["values"]) for m in got["out"][:-1]] == [5, 4, 3]
+    assert json.loads(got["out"][2]["values"][-1])["op"] == "t"

@@ -95,7 +95,7 @@ def split_schema_changes(settings: KafkaSettings, batch: pa.RecordBatch
     columns = list(changes.columns)
     columns[names.index("op")] = pc.if_else(was_gone, text_scalar("t"), changes.column("op"))
     before = changes.column("before")
-    columns[names.index("before")] = pc.if_else(was_gone, pa.scalar(None, before.type), before)
+    columns[names.index("before")] = pc.if_else(was_gone, pa.nulls(1, before.type)[0], before)
     return pa.RecordBatch.from_arrays(columns, schema=changes.schema), schema_rows
 
 
