@@ -46,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pymysql
 
+from mysqlcdc.arrowbuild import array, int32_array, int64_array, repeat, scalar
 from mysqlcdc.capture.server import current_position
 from mysqlcdc.envelope.model import ARROW_SCHEMA, OP_READ
 from mysqlcdc.envelope.textrows import fragments, object_texts
@@ -661,7 +662,7 @@ def _envelope(task: ChunkTask, read: _Read, touched: set[str],
         key = after
     n = len(after)
     if touched and n:
-        keep = pc.invert(pc.is_in(key, value_set=pa.array(sorted(touched), pa.string())))
+        keep = pc.invert(pc.is_in(key, value_set=array(sorted(touched), pa.string())))
         after, key = after.filter(keep), key.filter(keep)
         n = len(after)
     if not n:
@@ -682,11 +683,11 @@ def _envelope(task: ChunkTask, read: _Read, touched: set[str],
 def _marks(task: ChunkTask, n: int, last_part: bool) -> pa.Array:
     """``query`` of each row: the kind, and on the last row of a table's last chunk
     ``:last_in_table`` (``snapshot:last`` when it ends the whole initial snapshot)."""
-    marks = np.full(n, task.kind, dtype=object)
-    if task.last and last_part:
-        marks[-1] = ("snapshot:last" if task.last == "snapshot" and task.kind == "snapshot"
-                     else f"{task.kind}:last_in_table")
-    return pa.array(marks, pa.string())
+    if not (task.last and last_part):
+        return repeat(task.kind, pa.string(), n)
+    last = ("snapshot:last" if task.last == "snapshot" and task.kind == "snapshot"
+            else f"{task.kind}:last_in_table")
+    return pa.concat_arrays([repeat(task.kind, pa.string(), n - 1), array([last], pa.string())])
 
 
 def _seqs(task: ChunkTask, high: BinlogPosition, first: int, n: int) -> pa.Array:
@@ -700,8 +701,8 @@ def _seqs(task: ChunkTask, high: BinlogPosition, first: int, n: int) -> pa.Array
     chunks = (task.chunk + rows // 1_000_000) % CHUNK_SLOTS
     low = chunks * 1_000_000 + rows % 1_000_000                  # < 10^12: fits int64
     base = high.file_number * SEQ_FILE + (high.pos - 1) * SEQ_POS
-    return pc.add(pa.scalar(base, pa.decimal128(36, 0)),
-                  pa.array(low).cast(pa.decimal128(19, 0))).cast(pa.decimal128(38, 0))
+    return pc.add(scalar(base, pa.decimal128(36, 0)),
+                  int64_array(low).cast(pa.decimal128(19, 0))).cast(pa.decimal128(38, 0))
 
 
 def _batch(d: TableDef, after: pa.Array, key: pa.Array, seq: pa.Array, marks: pa.Array,
@@ -709,7 +710,7 @@ def _batch(d: TableDef, after: pa.Array, key: pa.Array, seq: pa.Array, marks: pa
     m = len(after)
 
     def const(value, typ):
-        return pa.array([value] * m, typ) if m < 64 else pa.repeat(pa.scalar(value, typ), m)
+        return repeat(value, typ, m)
 
     columns = {
         "op": const(OP_READ, pa.string()), "db": const(d.db, pa.string()),
@@ -718,7 +719,7 @@ def _batch(d: TableDef, after: pa.Array, key: pa.Array, seq: pa.Array, marks: pa
         "server_id": const(read.server_id, pa.int64()), "gtid": pa.nulls(m, pa.string()),
         "txn_id": const(txn, pa.string()), "file": const(read.high.file, pa.string()),
         "pos": const(read.high.pos, pa.int64()),
-        "row": pa.array(np.arange(first_row, first_row + m, dtype=np.int32)),
+        "row": int32_array(np.arange(first_row, first_row + m)),
         "seq": seq, "query": marks, "moved_key": pa.nulls(m, pa.string()),
     }
     return pa.RecordBatch.from_arrays([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)

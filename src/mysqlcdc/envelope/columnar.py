@@ -25,6 +25,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mysqlcdc.arrowbuild import bool_array, from_numpy, int64_array, scalar
 from mysqlcdc.binlog import constants as C
 from mysqlcdc.binlog.columns import ColumnSpec
 from mysqlcdc.binlog.rows import _Gen, _value_code, compile_generated, decode_set
@@ -42,7 +43,7 @@ _PLANS: dict[tuple, "ImagePlan"] = {}
 def _scalar(text: bytes) -> pa.Scalar:
     """A binary scalar, made at its first use: pyarrow imports pandas at its first
     conversion of a Python value, which the processes that only plan never need."""
-    return pa.scalar(text, pa.binary())
+    return scalar(text, pa.binary())
 
 
 class ValueFailed(Exception):
@@ -99,7 +100,7 @@ def _uint(buf: np.ndarray, off: np.ndarray, width: int, big: bool = False) -> np
 
 
 def _int_text(values: np.ndarray) -> pa.Array:
-    return pa.array(values).cast(pa.string()).cast(pa.binary())
+    return from_numpy(values).cast(pa.string()).cast(pa.binary())
 
 
 def _join(*parts: Any) -> pa.Array:
@@ -116,7 +117,7 @@ def _with_nulls(frags: pa.Array, null: np.ndarray) -> pa.Array:
     same buffers where it can, else Arrow's if_else."""
     buffers = frags.buffers()
     if frags.offset or buffers[0] is not None or frags.type != pa.binary():
-        return pc.if_else(pa.array(null), pa.scalar(None, frags.type), frags)
+        return pc.if_else(bool_array(null), scalar(None, frags.type), frags)
     valid = pa.py_buffer(np.packbits(~null, bitorder="little"))
     return pa.Array.from_buffers(pa.binary(), len(frags), [valid, buffers[1], buffers[2]],
                                  null_count=int(null.sum()))
@@ -224,7 +225,7 @@ def _list_texts(values: np.ndarray) -> pa.Array:
     the values between its commas taken by Arrow (no bytes object per value)."""
     m = len(values)
     if not m:
-        return pa.array([], pa.binary())
+        return pa.nulls(0, pa.binary())
     text = orjson.dumps(values.tolist())           # [v0,v1,...]: no comma inside a number
     commas = np.flatnonzero(np.frombuffer(text, np.uint8) == 44)
     bounds = np.empty(2 * m, np.int64)             # v0 , v1 , ... v(m-1): every other one
@@ -234,7 +235,7 @@ def _list_texts(values: np.ndarray) -> pa.Array:
     bounds[-1] = len(text) - 1
     spread = pa.Array.from_buffers(pa.binary(), 2 * m - 1, [None, pa.py_buffer(bounds.astype(np.int32)),
                                                             pa.py_buffer(text)])
-    return spread.take(pa.array(np.arange(0, 2 * m, 2)))
+    return spread.take(int64_array(np.arange(0, 2 * m, 2)))
 
 
 def _double_kernel(ctx: _Ctx, off, vstart, vlen, null):
@@ -534,7 +535,7 @@ def _values(ctx: _Ctx, vstart: np.ndarray, vlen: np.ndarray, null: np.ndarray) -
         return pa.array(_slices(ctx, vstart, vlen, null), pa.binary())
     spread = pa.Array.from_buffers(pa.binary(), 2 * m, [None, pa.py_buffer(bounds.astype(np.int32)),
                                                         ctx.arrow])
-    return spread.take(pa.array(np.arange(0, 2 * m, 2)))
+    return spread.take(int64_array(np.arange(0, 2 * m, 2)))
 
 
 class _Bare:

@@ -33,6 +33,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mysqlcdc.arrowbuild import array, bool_array, fixed_values, scalar, true_or_null
 from mysqlcdc.binlog.values.float32 import float32_text
 from mysqlcdc.envelope.builder import _encode
 from mysqlcdc.envelope.columnar import _float_kernel, _join, _list_texts, _scalar, make_context
@@ -68,8 +69,8 @@ def object_texts(names: list[str], frags: list[pa.Array]) -> pa.Array:
     """``{"name":fragment,...}`` per row, as a string array."""
     parts: list = []
     for i, (name, frag) in enumerate(zip(names, frags)):
-        parts += [("{" if i == 0 else ",").encode() + orjson.dumps(name) + b":", frag]
-    parts.append(b"}")
+        parts += [_scalar(("{" if i == 0 else ",").encode() + orjson.dumps(name) + b":"), frag]
+    parts.append(_scalar(b"}"))
     joined = pc.binary_join_element_wise(*parts, _scalar(b""), null_handling="replace",
                                          null_replacement="null")
     return joined.cast(pa.string())
@@ -82,9 +83,9 @@ def _quoted(values: pa.Array) -> pa.Array:
 def _timestamps(values: pa.Array) -> pa.Array:
     utc = pc.binary_join_element_wise(
         _scalar(b'"'), pc.replace_substring(values, b" ", b"T", max_replacements=1),
-        pa.scalar(b'Z"', pa.binary()), _scalar(b""))
+        _scalar(b'Z"'), _scalar(b""))
     zero = pc.starts_with(values.cast(pa.string()), "0000-00-00")
-    return pc.if_else(zero.fill_null(False), _quoted(values), utc)
+    return pc.if_else(_false_for_null(zero), _quoted(values), utc)
 
 
 def _strings(values: pa.Array) -> pa.Array:
@@ -101,22 +102,21 @@ def _strings(values: pa.Array) -> pa.Array:
     out = _quoted(escaped)
     control = pc.match_substring_regex(text, "[\\x00-\\x1f]")
     if pc.any(control).as_py():
-        out = _patch(out, values, control.fill_null(False),
+        out = _patch(out, values, _false_for_null(control),
                      lambda raw: orjson.dumps(raw.decode("utf-8")))
     return out
 
 
 def _doubles(values: pa.Array) -> pa.Array:
     numbers = pc.cast(values.cast(pa.string()), pa.float64())
-    texts = _list_texts(numbers.fill_null(0).to_numpy(zero_copy_only=False))
+    texts = _list_texts(_numbers(numbers))
     return _nulls_of(values, texts)
 
 
 def _floats(values: pa.Array) -> pa.Array:
     """A FLOAT's exact value arrives widened to a double: its 32 bits are recovered by
     rounding to binary32 (exact: the double is that binary32 value)."""
-    wide = pc.cast(values.cast(pa.string()), pa.float64()).fill_null(0).to_numpy(
-        zero_copy_only=False)
+    wide = _numbers(pc.cast(values.cast(pa.string()), pa.float64()))
     with np.errstate(all="ignore"):
         narrow = wide.astype(np.float32)
     m = len(narrow)
@@ -125,11 +125,11 @@ def _floats(values: pa.Array) -> pa.Array:
     texts, redo = _float_kernel(ctx, off, None, None, np.zeros(m, bool))
     texts = _nulls_of(values, texts)
     if redo is not None and values.null_count:
-        redo = redo & ~values.is_null().to_numpy(zero_copy_only=False)
+        redo = redo & ~true_or_null(values.is_null())
     if redo is not None and redo.any():
         raw = narrow.tobytes()
-        mask = pa.array(redo)
-        texts = _patch(texts, pa.array([raw[i * 4:i * 4 + 4] for i in range(m)], pa.binary()),
+        mask = bool_array(redo)
+        texts = _patch(texts, array([raw[i * 4:i * 4 + 4] for i in range(m)], pa.binary()),
                        mask, lambda b: orjson.dumps(float32_text(b)))
     return texts
 
@@ -139,25 +139,36 @@ def _sets(values: pa.Array) -> pa.Array:
     escaped = pc.replace_substring(values, b"\\", b"\\\\")
     escaped = pc.replace_substring(escaped, b'"', b'\\"')
     listed = pc.replace_substring(escaped, b",", b'","')
-    out = pc.binary_join_element_wise(pa.scalar(b'["', pa.binary()), listed,
-                                      pa.scalar(b'"]', pa.binary()), _scalar(b""))
-    empty = pc.equal(pc.binary_length(values), 0)
-    return pc.if_else(empty, pa.scalar(b"[]", pa.binary()), out)
+    out = pc.binary_join_element_wise(_scalar(b'["'), listed, _scalar(b'"]'), _scalar(b""))
+    empty = pc.equal(pc.binary_length(values), scalar(0, pa.int32()))
+    return pc.if_else(empty, _scalar(b"[]"), out)
 
 
 def _nulls_of(values: pa.Array, texts: pa.Array) -> pa.Array:
     """``texts`` null where ``values`` is null."""
     if not values.null_count:
         return texts
-    return pc.if_else(pc.is_null(values), pa.scalar(None, pa.binary()), texts)
+    return pc.if_else(pc.is_null(values), scalar(None, pa.binary()), texts)
 
 
 def _per_value(values: pa.Array, encode) -> pa.Array:
-    return pa.array([None if v is None else encode(v) for v in values.to_pylist()], pa.binary())
+    return array([None if v is None else encode(v) for v in values.to_pylist()], pa.binary())
+
+
+def _numbers(doubles: pa.Array) -> np.ndarray:
+    """A float64 array's values as numpy's, a null as 0."""
+    if doubles.null_count:
+        doubles = doubles.fill_null(scalar(0.0, pa.float64()))
+    return fixed_values(doubles)
+
+
+def _false_for_null(mask: pa.Array) -> pa.Array:
+    """A boolean array with its nulls made false."""
+    return pc.and_kleene(mask, pc.is_valid(mask)) if mask.null_count else mask
 
 
 def _patch(out: pa.Array, values: pa.Array, mask: pa.Array, encode) -> pa.Array:
     """``out`` with the rows of ``mask`` replaced by ``encode`` of their value."""
     picked = pc.filter(values, mask).to_pylist()
-    replacement = pa.array([None if v is None else encode(v) for v in picked], pa.binary())
+    replacement = array([None if v is None else encode(v) for v in picked], pa.binary())
     return pc.replace_with_mask(out, mask, replacement)

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pymysql
 
+from mysqlcdc.arrowbuild import int64_array
 from mysqlcdc.protocol.packet import MAX_PACKET, Disconnected, PacketChannel, ServerError, \
     parse_error_packet
 
@@ -209,7 +210,7 @@ def _slices(arrow: pa.Buffer, begin: np.ndarray, end: np.ndarray, null: np.ndarr
     ``take`` of the even ones makes it compact."""
     m = len(begin)
     if not m:
-        return pa.array([], pa.binary())
+        return pa.nulls(0, pa.binary())
     bounds = np.empty(2 * m + 1, np.int64)
     bounds[0:2 * m:2] = begin
     bounds[1:2 * m:2] = end
@@ -217,11 +218,11 @@ def _slices(arrow: pa.Buffer, begin: np.ndarray, end: np.ndarray, null: np.ndarr
     if size >= 2**31:
         spread = pa.Array.from_buffers(pa.large_binary(), 2 * m,
                                        [None, pa.py_buffer(bounds), arrow])
-        values = spread.take(pa.array(np.arange(0, 2 * m, 2))).cast(pa.binary())
+        values = spread.take(int64_array(np.arange(0, 2 * m, 2))).cast(pa.binary())
     else:
         spread = pa.Array.from_buffers(pa.binary(), 2 * m,
                                        [None, pa.py_buffer(bounds.astype(np.int32)), arrow])
-        values = spread.take(pa.array(np.arange(0, 2 * m, 2)))
+        values = spread.take(int64_array(np.arange(0, 2 * m, 2)))
     if not null.any():
         return values
     valid = pa.py_buffer(np.packbits(~null, bitorder="little"))
