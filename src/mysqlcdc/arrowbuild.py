@@ -5,10 +5,11 @@ pyarrow's own conversions (``pa.array``, ``RecordBatch.from_pydict``, ``to_numpy
 Python value compared with an array) ask, the first time one runs in a process, whether
 the values are a pandas object, and import pandas to know; a table's ``group_by`` imports
 pyarrow's query engine. Together that is a few tenths of a CPU second in a read task
-that moves a decode-ahead spool into changelog files or Kafka messages, which needs
-neither: its counts, partitions and summary rows are made here, with numpy over Arrow's
-buffers, and the texts it gives compute functions are scalars made here
-(:func:`text_scalar`).
+that moves a decode-ahead spool into changelog files or Kafka messages, or reads a
+snapshot chunk, which needs neither: its counts, partitions and summary rows are made
+here, with numpy over Arrow's buffers, the texts and numbers it gives compute functions
+are scalars made here (:func:`text_scalar`, :func:`scalar`), and its arrays of Python or
+numpy values too (:func:`array`, :func:`from_numpy`, :func:`repeat`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["array", "bool_array", "fixed_values", "from_numpy", "group_codes", "group_values", "int32_array",
-           "int64_array", "record_batch", "repeat", "scalar", "text_scalar", "true_or_null"]
+__all__ = ["array", "bool_array", "fixed_values", "from_numpy", "group_codes", "group_values",
+           "int32_array", "int64_array", "record_batch", "repeat", "scalar", "text_scalar",
+           "true_or_null"]
 
 _OFFSETS = {pa.string(): "i", pa.binary(): "i", pa.large_string(): "q", pa.large_binary(): "q"}
 _FIXED = {pa.int64(): "q", pa.int32(): "i", pa.float64(): "d"}
@@ -53,7 +55,7 @@ def text_scalar(text: str) -> pa.Scalar:
 
 
 def array(values: Sequence[Any], type_: pa.DataType) -> pa.Array:
-    """``pa.array(values, type_)`` for a string, binary, int32, int64 or float64 type,
+    """``pa.array(values, type_)`` for a (large) string or binary, int32, int64 or float64 type,
     built from buffers (``None`` is a null)."""
     return _array(values if isinstance(values, (list, tuple)) else list(values), type_)
 
