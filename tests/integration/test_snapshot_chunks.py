@@ -652,7 +652,8 @@ print(json.dumps({"pandas": "pandas" in sys.modules, "where": first_import,
 def test_a_chunk_is_read_without_importing_pandas(mariadb, fresh_db, tmp_path):
     """pyarrow imports pandas at its first conversion of a Python value or a numpy array
     (``pa.array``, ``pa.scalar``, ``to_numpy``, a number given to a compute function): a
-    third of a CPU second in every snapshot read task's process, which never uses pandas.
+    third to half a CPU second in every snapshot read task's process and in the source
+    runner that probes the chunks, none of which uses pandas.
     A chunk of every type is read in a process of its own; its rows are the rows this
     process reads. (A chunk whose window holds changes of its table decodes them with the
     binlog decoder, whose per-event columns keep pyarrow's faster conversion.)"""
