@@ -68,7 +68,10 @@ def scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
     if type_ == pa.string():
         return text_scalar(value)
     if type_ == pa.binary():
-        return _binary_scalar(bytes(value))
+        data = bytes(value)
+        offsets = array_("i", [0, len(data)])
+        return pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(offsets),
+                                                      pa.py_buffer(data)])[0]
     if type_ == pa.bool_():
         return bool_array(np.array([bool(value)]))[0]
     if pa.types.is_decimal128(type_):
@@ -78,13 +81,6 @@ def scalar(value: Any, type_: pa.DataType) -> pa.Scalar:
         data = np.array([value], _NUMPY[type_])
         return pa.Array.from_buffers(type_, 1, [None, pa.py_buffer(data)])[0]
     raise TypeError(f"no buffer-built scalar of type {type_}")
-
-
-@lru_cache(maxsize=256)
-def _binary_scalar(data: bytes) -> pa.Scalar:
-    offsets = array_("i", [0, len(data)])
-    return pa.Array.from_buffers(pa.binary(), 1, [None, pa.py_buffer(offsets),
-                                                  pa.py_buffer(data)])[0]
 
 
 def repeat(value: Any, type_: pa.DataType, n: int) -> pa.Array:
